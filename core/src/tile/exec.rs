@@ -1,0 +1,558 @@
+//! Execution semantics of every instruction (docs/target.md §4–§5). The ISA table points at these
+//! functions; [`issue`] applies the table's context, class and cost rules around them.
+
+use super::{mem, FaultKind, Regs, Shared, TileBus, WorkerFp};
+use crate::fp8::{self, Fp8Format};
+use crate::isa::{Class, Ctx, Instr, Issue, MAX_FIELDS};
+use crate::target::{csr, CWEI_BYTES};
+use half::f16;
+
+/// Semantics of one instruction.
+pub type ExecFn = fn(&mut Cx<'_>, &[u32; MAX_FIELDS]) -> Result<Flow, FaultKind>;
+
+/// Everything an instruction may touch.
+pub struct Cx<'a> {
+    /// The issuing context's registers.
+    pub regs: &'a mut Regs,
+    /// Tile memory (`TILE_MEM_BASE..TILE_MEM_END`).
+    pub mem: &'a mut [u8],
+    /// Tile-shared state.
+    pub shared: &'a mut Shared,
+    /// Worker FP state (`None` on the supervisor).
+    pub fp: Option<&'a mut WorkerFp>,
+    /// The fabric.
+    pub bus: &'a mut dyn TileBus,
+    /// Issue cycle.
+    pub cycle: u64,
+    /// Address of the instruction.
+    pub pc: u32,
+}
+
+/// Control effect of an instruction, applied by the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Fall through.
+    Next,
+    /// Continue at an address.
+    Jump(u32),
+    /// `sync zone`.
+    Sync(u32),
+    /// Start one (`all == false`) or six workers.
+    Run {
+        /// Entry address.
+        entry: u32,
+        /// Value for the workers' `$m1`.
+        arg: u32,
+        /// `runall`.
+        all: bool,
+    },
+    /// Worker `exit`.
+    Exit,
+    /// Supervisor `halt`.
+    Halt,
+    /// Start a repeat block.
+    Rpt {
+        /// Iterations.
+        count: u32,
+        /// Body length in bundles.
+        bundles: u32,
+    },
+}
+
+fn allowed(i: &Instr, ctx: Ctx) -> bool {
+    let c = i.info().ctx;
+    c == Ctx::Any || c == ctx
+}
+
+/// Execute one issue unit: returns its control effect, cost in issues and length in bytes.
+pub fn issue(cx: &mut Cx<'_>, issue: &Issue, ctx: Ctx) -> Result<(Flow, u32, u32), FaultKind> {
+    match issue {
+        Issue::Single(i) => {
+            if !allowed(i, ctx) {
+                return Err(FaultKind::WrongContext);
+            }
+            let info = i.info();
+            let flow = (info.exec)(cx, &i.args)?;
+            Ok((flow, info.cost_of(&i.args), 4))
+        }
+        Issue::Bundle(main, aux) => {
+            if !allowed(main, ctx) || !allowed(aux, ctx) || aux.info().class != Class::Arf {
+                return Err(FaultKind::WrongContext);
+            }
+            // Both halves read the registers as they were before the bundle.
+            let before = *cx.regs;
+            (main.info().exec)(cx, &main.args)?;
+            let after_main = *cx.regs;
+            *cx.regs = before;
+            (aux.info().exec)(cx, &aux.args)?;
+            let after_aux = *cx.regs;
+            *cx.regs = after_main;
+            for r in 0..16 {
+                if after_aux.a[r] != before.a[r] {
+                    if after_main.a[r] != before.a[r] {
+                        return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
+                    }
+                    cx.regs.a[r] = after_aux.a[r];
+                }
+            }
+            cx.regs.pc = before.pc;
+            let cost = main.info().cost_of(&main.args).max(aux.info().cost_of(&aux.args));
+            Ok((Flow::Next, cost, 8))
+        }
+    }
+}
+
+// ---- helpers -----------------------------------------------------------------------------
+
+impl Cx<'_> {
+    fn m(&self, r: u32) -> u32 {
+        self.regs.m[r as usize]
+    }
+    fn set_m(&mut self, r: u32, v: u32) {
+        if r != 15 {
+            self.regs.m[r as usize] = v;
+        }
+    }
+    fn pair(&self, r: u32) -> u64 {
+        self.regs.a[r as usize] as u64 | (self.regs.a[r as usize + 1] as u64) << 32
+    }
+    fn set_pair(&mut self, r: u32, v: u64) {
+        self.regs.a[r as usize] = v as u32;
+        self.regs.a[r as usize + 1] = (v >> 32) as u32;
+    }
+    fn af(&self, r: u32) -> f32 {
+        f32::from_bits(self.regs.a[r as usize])
+    }
+    fn set_af(&mut self, r: u32, v: f32) {
+        self.regs.a[r as usize] = v.to_bits();
+    }
+    fn worker_fp(&mut self) -> Result<&mut WorkerFp, FaultKind> {
+        self.fp.as_deref_mut().ok_or(FaultKind::WrongContext)
+    }
+}
+
+fn halves(v: u64) -> [f16; 4] {
+    [0, 16, 32, 48].map(|s| f16::from_bits((v >> s) as u16))
+}
+fn from_halves(h: [f16; 4]) -> u64 {
+    h.iter().enumerate().fold(0, |acc, (i, x)| acc | (x.to_bits() as u64) << (16 * i))
+}
+
+type R = Result<Flow, FaultKind>;
+
+// ---- system and exchange ----------------------------------------------------------------
+
+pub(crate) fn sync(_: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Sync(a[0]))
+}
+pub(crate) fn sans(_: &mut Cx<'_>, _: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Next)
+}
+pub(crate) fn delay(_: &mut Cx<'_>, _: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Next)
+}
+pub(crate) fn delaypic(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    if a[1] != 0 {
+        return Err(FaultKind::BadOperand("delaypic flag must be 0 in this model"));
+    }
+    cx.bus.set_incoming_ptr(cx.cycle + a[0] as u64, a[2]);
+    Ok(Flow::Next)
+}
+pub(crate) fn delayxpic(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    if a[1] != 0 {
+        return Err(FaultKind::BadOperand("delayxpic flag must be 0 in this model"));
+    }
+    cx.bus.set_mux(cx.cycle + a[0] as u64, a[2]);
+    Ok(Flow::Next)
+}
+fn send_from(cx: &mut Cx<'_>, words: u32, addr: u32, control: u32) -> R {
+    if control & 4 != 0 {
+        return Err(FaultKind::PairedSendUnsupported);
+    }
+    let data = mem::bytes(cx.mem, addr, words * 4, 4)?;
+    cx.bus.send(cx.cycle, data);
+    Ok(Flow::Next)
+}
+pub(crate) fn send(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    send_from(cx, a[0], a[1], a[2])
+}
+pub(crate) fn sendoff(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addr = cx.shared.outgoing_base.wrapping_add(a[1]);
+    send_from(cx, a[0], addr, a[2])
+}
+pub(crate) fn put(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[1]);
+    let sup = cx.fp.is_none();
+    match a[0] {
+        csr::INCOMING_MUX if sup => cx.bus.set_mux(cx.cycle, v),
+        csr::INCOMING_BASE if sup => cx.bus.set_incoming_ptr(cx.cycle, v),
+        csr::INCOMING_DCOUNT if sup => cx.bus.set_dcount(cx.cycle, v),
+        csr::OUTGOING_BASE if sup => cx.shared.outgoing_base = v,
+        csr::FP_INFMT if sup => cx.shared.fp_infmt = v,
+        csr::FP_ISCL if sup => cx.shared.fp_iscl = v,
+        c => return Err(FaultKind::UnknownCsr(c)),
+    }
+    Ok(Flow::Next)
+}
+pub(crate) fn get(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = match a[1] {
+        csr::COUNT_L => cx.cycle as u32,
+        csr::COUNT_U => (cx.cycle >> 32) as u32,
+        csr::TILE_ID => cx.shared.id as u32,
+        csr::FP_INFMT => cx.shared.fp_infmt,
+        csr::FP_ISCL => cx.shared.fp_iscl,
+        csr::OUTGOING_BASE => cx.shared.outgoing_base,
+        c => return Err(FaultKind::UnknownCsr(c)),
+    };
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn uput(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[1]);
+    let fp = cx.worker_fp()?;
+    match a[0] {
+        csr::FP_NFMT => fp.nfmt = v,
+        csr::FP_SCL => fp.scl = v,
+        c => return Err(FaultKind::UnknownCsr(c + 256)),
+    }
+    Ok(Flow::Next)
+}
+pub(crate) fn exit(_: &mut Cx<'_>, _: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Exit)
+}
+pub(crate) fn halt(_: &mut Cx<'_>, _: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Halt)
+}
+pub(crate) fn run(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Run { entry: cx.m(a[0]), arg: cx.m(a[1]), all: false })
+}
+pub(crate) fn runall(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Run { entry: cx.m(a[0]), arg: cx.m(a[1]), all: true })
+}
+pub(crate) fn rpt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Rpt { count: cx.m(a[0]), bundles: a[1] })
+}
+pub(crate) fn ldcwei(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let src = mem::bytes(cx.mem, cx.m(a[0]), CWEI_BYTES as u32, 16)?;
+    cx.shared.cwei.copy_from_slice(src);
+    Ok(Flow::Next)
+}
+
+// ---- control ------------------------------------------------------------------------------
+
+pub(crate) fn br(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Jump(cx.m(a[0])))
+}
+pub(crate) fn bri(_: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Jump(a[0]))
+}
+pub(crate) fn call(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let ret = cx.pc + 4;
+    cx.set_m(a[0], ret);
+    Ok(Flow::Jump(a[1]))
+}
+pub(crate) fn brz(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(if cx.m(a[0]) == 0 { Flow::Jump(a[1]) } else { Flow::Next })
+}
+pub(crate) fn brnz(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    Ok(if cx.m(a[0]) != 0 { Flow::Jump(a[1]) } else { Flow::Next })
+}
+pub(crate) fn brnzdec(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[0]);
+    if v != 0 {
+        cx.set_m(a[0], v - 1);
+        return Ok(Flow::Jump(a[1]));
+    }
+    Ok(Flow::Next)
+}
+
+// ---- integer ------------------------------------------------------------------------------
+
+macro_rules! alu {
+    ($name:ident, |$x:ident, $y:ident| $e:expr) => {
+        pub(crate) fn $name(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+            let ($x, $y) = (cx.m(a[1]), cx.m(a[2]));
+            cx.set_m(a[0], $e);
+            Ok(Flow::Next)
+        }
+    };
+}
+alu!(add, |x, y| x.wrapping_add(y));
+alu!(sub, |x, y| x.wrapping_sub(y));
+alu!(mul, |x, y| x.wrapping_mul(y));
+alu!(or, |x, y| x | y);
+alu!(and, |x, y| x & y);
+alu!(shr, |x, y| x >> (y & 31));
+alu!(shl, |x, y| x << (y & 31));
+alu!(cmpult, |x, y| (x < y) as u32);
+alu!(cmpeq, |x, y| (x == y) as u32);
+alu!(min, |x, y| x.min(y));
+
+pub(crate) fn nop(_: &mut Cx<'_>, _: &[u32; MAX_FIELDS]) -> R {
+    Ok(Flow::Next)
+}
+pub(crate) fn setzi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    cx.set_m(a[0], a[1]);
+    Ok(Flow::Next)
+}
+pub(crate) fn seths(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = (cx.m(a[0]) & 0xFFFF) | a[1] << 16;
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn add_imm(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[1]).wrapping_add(a[2]);
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn and_imm(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[1]) & a[2];
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn shl_imm(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.m(a[1]).checked_shl(a[2]).unwrap_or(0);
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn movam(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    cx.regs.a[a[0] as usize] = cx.m(a[1]);
+    Ok(Flow::Next)
+}
+pub(crate) fn movma(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = cx.regs.a[a[1] as usize];
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+
+// ---- loads and stores ---------------------------------------------------------------------
+
+fn ea(cx: &Cx<'_>, a: &[u32; MAX_FIELDS]) -> u32 {
+    cx.m(a[1]).wrapping_add(cx.m(a[2])).wrapping_add(a[3])
+}
+pub(crate) fn ld32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = mem::ld32(cx.mem, ea(cx, a))?;
+    cx.set_m(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn st32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addr = ea(cx, a);
+    mem::st32(cx.mem, addr, cx.m(a[0]))?;
+    Ok(Flow::Next)
+}
+pub(crate) fn lda32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    cx.regs.a[a[0] as usize] = mem::ld32(cx.mem, ea(cx, a))?;
+    Ok(Flow::Next)
+}
+pub(crate) fn sta32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addr = ea(cx, a);
+    mem::st32(cx.mem, addr, cx.regs.a[a[0] as usize])?;
+    Ok(Flow::Next)
+}
+pub(crate) fn ldh16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    cx.regs.a[a[0] as usize] = mem::ld16(cx.mem, ea(cx, a))? as u32;
+    Ok(Flow::Next)
+}
+pub(crate) fn ld64(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = mem::ld64(cx.mem, ea(cx, a))?;
+    cx.set_pair(a[0], v);
+    Ok(Flow::Next)
+}
+pub(crate) fn st64(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addr = ea(cx, a);
+    mem::st64(cx.mem, addr, cx.pair(a[0]))?;
+    Ok(Flow::Next)
+}
+pub(crate) fn ld64pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let p = cx.m(a[1]);
+    let v = mem::ld64(cx.mem, p)?;
+    cx.set_pair(a[0], v);
+    cx.set_m(a[1], p.wrapping_add(a[2]));
+    Ok(Flow::Next)
+}
+pub(crate) fn st64pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let p = cx.m(a[1]);
+    mem::st64(cx.mem, p, cx.pair(a[0]))?;
+    cx.set_m(a[1], p.wrapping_add(a[2]));
+    Ok(Flow::Next)
+}
+pub(crate) fn ld32pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let p = cx.m(a[1]);
+    let v = mem::ld32(cx.mem, p)?;
+    cx.set_m(a[0], v);
+    cx.set_m(a[1], p.wrapping_add(a[2]));
+    Ok(Flow::Next)
+}
+pub(crate) fn st32pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let p = cx.m(a[1]);
+    mem::st32(cx.mem, p, cx.m(a[0]))?;
+    cx.set_m(a[1], p.wrapping_add(a[2]));
+    Ok(Flow::Next)
+}
+pub(crate) fn ld2st64pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let (pa, pb, ps) = (cx.m(a[3]), cx.m(a[4]), cx.m(a[5]));
+    let store = cx.pair(a[2]);
+    let va = mem::ld64(cx.mem, pa)?;
+    let vb = mem::ld64(cx.mem, pb)?;
+    mem::st64(cx.mem, ps, store)?;
+    cx.set_pair(a[0], va);
+    cx.set_pair(a[1], vb);
+    cx.set_m(a[3], pa.wrapping_add(8));
+    cx.set_m(a[4], pb.wrapping_add(8));
+    cx.set_m(a[5], ps.wrapping_add(8));
+    Ok(Flow::Next)
+}
+
+// ---- floating point ---------------------------------------------------------------------
+
+macro_rules! f32op {
+    ($name:ident, |$x:ident, $y:ident| $e:expr) => {
+        pub(crate) fn $name(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+            let ($x, $y) = (cx.af(a[1]), cx.af(a[2]));
+            cx.set_af(a[0], $e);
+            Ok(Flow::Next)
+        }
+    };
+}
+f32op!(f32add, |x, y| x + y);
+f32op!(f32sub, |x, y| x - y);
+f32op!(f32mul, |x, y| x * y);
+f32op!(f32max, |x, y| x.max(y));
+f32op!(f32div, |x, y| x / y);
+
+pub(crate) fn f32exp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = libm::expf(cx.af(a[1]));
+    cx.set_af(a[0], v);
+    Ok(Flow::Next)
+}
+
+macro_rules! pairop {
+    ($name:ident, $lanes:ident, $from:ident, |$x:ident, $y:ident| $e:expr) => {
+        pub(crate) fn $name(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+            let (xs, ys) = ($lanes(cx.pair(a[1])), $lanes(cx.pair(a[2])));
+            let mut out = xs;
+            for i in 0..out.len() {
+                let ($x, $y) = (xs[i], ys[i]);
+                out[i] = $e;
+            }
+            cx.set_pair(a[0], $from(out));
+            Ok(Flow::Next)
+        }
+    };
+}
+fn floats(v: u64) -> [f32; 2] {
+    [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)]
+}
+fn from_floats(f: [f32; 2]) -> u64 {
+    f[0].to_bits() as u64 | (f[1].to_bits() as u64) << 32
+}
+pairop!(f32v2add, floats, from_floats, |x, y| x + y);
+pairop!(f32v2mul, floats, from_floats, |x, y| x * y);
+pairop!(f16v4add, halves, from_halves, |x, y| f16::from_f32(x.to_f32() + y.to_f32()));
+pairop!(f16v4mul, halves, from_halves, |x, y| f16::from_f32(x.to_f32() * y.to_f32()));
+
+pub(crate) fn f16v2tof32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let s = cx.regs.a[a[1] as usize];
+    let lo = f16::from_bits(s as u16).to_f32();
+    let hi = f16::from_bits((s >> 16) as u16).to_f32();
+    cx.set_pair(a[0], from_floats([lo, hi]));
+    Ok(Flow::Next)
+}
+pub(crate) fn f32v2tof16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let [lo, hi] = floats(cx.pair(a[1]));
+    cx.regs.a[a[0] as usize] =
+        f16::from_f32(lo).to_bits() as u32 | (f16::from_f32(hi).to_bits() as u32) << 16;
+    Ok(Flow::Next)
+}
+pub(crate) fn f8v4tof16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let s = cx.regs.a[a[1] as usize];
+    let fp = cx.worker_fp()?;
+    let (fmt, scale) = (Fp8Format::from_bit(fp.nfmt), fp8::scale_from_bits(fp.scl));
+    let h = [0, 8, 16, 24].map(|sh| fp8::to_f16_scaled((s >> sh) as u8, fmt, scale));
+    cx.set_pair(a[0], from_halves(h));
+    Ok(Flow::Next)
+}
+pub(crate) fn f16v4tof8(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let h = halves(cx.pair(a[1]));
+    let fp = cx.worker_fp()?;
+    let (fmt, scale) = (Fp8Format::from_bit(fp.nfmt), fp8::scale_from_bits(fp.scl));
+    let mut v = 0u32;
+    for (i, x) in h.iter().enumerate() {
+        v |= (fp8::from_f16_scaled(*x, fmt, scale) as u32) << (8 * i);
+    }
+    cx.regs.a[a[0] as usize] = v;
+    Ok(Flow::Next)
+}
+
+// ---- AMP (docs/target.md §4.4) ------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AmpKind {
+    F16,
+    F32,
+    F8,
+}
+
+fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
+    let (pin, x) = (cx.pair(a[1]), cx.pair(a[2]));
+    let p = a[3] as usize;
+    let cwei = cx.shared.cwei;
+    let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
+    let fp = cx.worker_fp()?;
+    if p == 0 {
+        fp.drain = fp.aacc;
+        fp.aacc = [0.0; 16];
+    }
+    let out = match kind {
+        AmpKind::F32 => from_floats([fp.drain[2 * p], fp.drain[2 * p + 1]]),
+        _ => from_halves([0, 1, 2, 3].map(|i| f16::from_f32(fp.drain[4 * p + i]))),
+    };
+    match kind {
+        AmpKind::F32 => {
+            let [a0, a1] = floats(pin);
+            fp.aacc[2 * p] += a0;
+            fp.aacc[2 * p + 1] += a1;
+        }
+        _ => {
+            for (i, h) in halves(pin).iter().enumerate() {
+                fp.aacc[4 * p + i] += h.to_f32();
+            }
+        }
+    }
+    let w16 = |k: usize, n: usize, cols: usize| {
+        let o = 2 * (k * cols + n);
+        f16::from_bits(u16::from_le_bytes([cwei[o], cwei[o + 1]])).to_f32()
+    };
+    match kind {
+        AmpKind::F16 | AmpKind::F32 => {
+            let cols = if kind == AmpKind::F16 { 16 } else { 8 };
+            let xs = halves(x).map(|h| h.to_f32());
+            for n in 0..cols {
+                let pr = [0, 1, 2, 3].map(|k| xs[k] * w16(4 * p + k, n, cols));
+                fp.aacc[n] += (pr[0] + pr[1]) + (pr[2] + pr[3]);
+            }
+        }
+        AmpKind::F8 => {
+            let (fx, fw) = (Fp8Format::from_bit(infmt), Fp8Format::from_bit(infmt >> 1));
+            let scale = fp8::scale_from_bits(iscl);
+            let xs: [f32; 8] = core::array::from_fn(|k| fp8::to_f32((x >> (8 * k)) as u8, fx));
+            for n in 0..16 {
+                let pr: [f32; 8] =
+                    core::array::from_fn(|k| xs[k] * fp8::to_f32(cwei[(8 * p + k) * 16 + n], fw));
+                let s = ((pr[0] + pr[1]) + (pr[2] + pr[3])) + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
+                fp.aacc[n] += fp8::scale_pow2(s, scale);
+            }
+        }
+    }
+    cx.set_pair(a[0], out);
+    Ok(Flow::Next)
+}
+pub(crate) fn f16amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    amp(cx, a, AmpKind::F16)
+}
+pub(crate) fn f32amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    amp(cx, a, AmpKind::F32)
+}
+pub(crate) fn f8amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    amp(cx, a, AmpKind::F8)
+}

@@ -1,0 +1,364 @@
+//! One tile: contexts, barrel scheduling and fetch (docs/target.md §3). The semantics of each
+//! instruction are in [`exec`], referenced from the ISA table.
+
+pub mod exec;
+mod fault;
+pub mod mem;
+
+pub use fault::{CtxId, Fault, FaultKind};
+
+use crate::isa::{decode, Ctx, Issue, COISSUE_BIT};
+use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, EXEC_REGION_END, RPT_MAX_COUNT, TILE_MEM_BASE, WORKERS};
+use exec::{Cx, Flow};
+
+/// What a tile tells the fabric. Implemented by the simulator's chip model.
+pub trait TileBus {
+    /// `bytes.len()/4` words leave this tile, word `i` at cycle `cycle + i`.
+    fn send(&mut self, cycle: u64, bytes: &[u8]);
+    /// From `cycle` on, the incoming mux selects `source` (a logical tile id or `MUX_NONE`).
+    fn set_mux(&mut self, cycle: u64, source: u32);
+    /// From `cycle` on, incoming words are written from byte address `addr` on.
+    fn set_incoming_ptr(&mut self, cycle: u64, addr: u32);
+    /// The number of words this tile expects before the next sync.
+    fn set_dcount(&mut self, cycle: u64, words: u32);
+}
+
+/// A context's registers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regs {
+    /// `$m0..$m15` (`$m15` always reads 0).
+    pub m: [u32; 16],
+    /// `$a0..$a15`.
+    pub a: [u32; 16],
+    /// Program counter.
+    pub pc: u32,
+}
+
+/// Per-worker floating-point state: AMP accumulators and conversion CSRs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerFp {
+    /// Accumulators of the row in flight.
+    pub aacc: [f32; 16],
+    /// Results of the previous row, drained four (or two) per issue.
+    pub drain: [f32; 16],
+    /// `$FP_NFMT`.
+    pub nfmt: u32,
+    /// `$FP_SCL`.
+    pub scl: u32,
+}
+
+/// A worker context.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Worker {
+    /// Registers.
+    pub regs: Regs,
+    /// FP state.
+    pub fp: WorkerFp,
+    /// Whether it owns its slot.
+    pub running: bool,
+    /// Next cycle it may issue.
+    pub next_issue: u64,
+    rpt_left: u32,
+    rpt_start: u32,
+    rpt_end: u32,
+}
+
+/// State shared by all contexts of a tile.
+#[derive(Clone, Copy, Debug)]
+pub struct Shared {
+    /// Logical tile id.
+    pub id: u16,
+    /// AMP weight store.
+    pub cwei: [u8; CWEI_BYTES],
+    /// `$FP_INFMT`.
+    pub fp_infmt: u32,
+    /// `$FP_ISCL`.
+    pub fp_iscl: u32,
+    /// `$OUTGOING_BASE`.
+    pub outgoing_base: u32,
+}
+
+/// What the supervisor is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SupState {
+    /// Issuing.
+    Running,
+    /// At `sync 2`, waiting for its workers.
+    WaitLocal,
+    /// At an internal or host sync; the chip model releases it.
+    AtSync(u32),
+    /// Stopped by `halt`.
+    Halted,
+}
+
+/// Why [`Tile::run`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The supervisor issued `sync zone` at `cycle` (zone 3 or 15).
+    Sync {
+        /// Zone.
+        zone: u32,
+        /// Issue cycle (the arrival).
+        cycle: u64,
+    },
+    /// The supervisor issued `halt` at `cycle`.
+    Halted {
+        /// Issue cycle.
+        cycle: u64,
+    },
+    /// The next issue would be after the cycle limit.
+    Limit,
+}
+
+const ICACHE: usize = 256;
+
+/// One tile's processor state (memory is passed in, so the state stays small and `no_std`).
+#[derive(Clone)]
+pub struct Tile {
+    /// Supervisor registers.
+    pub sup: Regs,
+    /// Supervisor state.
+    pub sup_state: SupState,
+    /// Next cycle the supervisor may issue.
+    pub sup_next: u64,
+    /// Workers by slot.
+    pub workers: [Worker; WORKERS],
+    /// Shared state.
+    pub shared: Shared,
+    /// Issues so far (instructions or bundles).
+    pub issued: u64,
+    /// Cycle of the latest issue.
+    pub last_cycle: u64,
+    icache: [(u32, u32, u32, Issue); ICACHE],
+}
+
+impl Tile {
+    /// A reset tile whose supervisor starts at `entry` on cycle 0.
+    pub fn new(id: u16, entry: u32) -> Self {
+        let nop = Issue::Single(crate::isa::Instr::new(crate::isa::Op::Nop, &[]));
+        Tile {
+            sup: Regs { pc: entry, ..Regs::default() },
+            sup_state: SupState::Running,
+            sup_next: 0,
+            workers: [Worker::default(); WORKERS],
+            shared: Shared { id, cwei: [0; CWEI_BYTES], fp_infmt: 0, fp_iscl: 0, outgoing_base: 0 },
+            issued: 0,
+            last_cycle: 0,
+            icache: [(u32::MAX, 0, 0, nop); ICACHE],
+        }
+    }
+
+    /// Release the supervisor from an internal/host sync: its next issue is at `cycle`.
+    pub fn release(&mut self, cycle: u64) {
+        if let SupState::AtSync(_) = self.sup_state {
+            self.sup_state = SupState::Running;
+            self.sup_next = cycle;
+        }
+    }
+
+    fn owned_slots(&self) -> u32 {
+        let mut owned = 0;
+        for (k, w) in self.workers.iter().enumerate() {
+            if w.running {
+                owned |= 1 << k;
+            }
+        }
+        owned
+    }
+
+    fn sup_issue_cycle(&self, owned: u32) -> Option<u64> {
+        match self.sup_state {
+            SupState::Running => {}
+            SupState::WaitLocal if owned == 0 => {}
+            _ => return None,
+        }
+        if owned == (1 << WORKERS) - 1 {
+            return None;
+        }
+        let mut t = self.sup_next;
+        while owned & (1 << (t % BARREL_SLOTS)) != 0 {
+            t += 1;
+        }
+        Some(t)
+    }
+
+    /// Fetch and decode the issue unit at `pc` (cached by address and words).
+    fn fetch(&mut self, mem: &[u8], pc: u32) -> Result<(Issue, [u32; 2]), FaultKind> {
+        if !(TILE_MEM_BASE..EXEC_REGION_END).contains(&pc) {
+            return Err(FaultKind::FetchOutsideExecRegion);
+        }
+        let w0 = mem::ld32(mem, pc).map_err(|_| FaultKind::FetchMisaligned)?;
+        let slot = ((pc >> 2) as usize) % ICACHE;
+        let (tag, c0, c1, issue) = self.icache[slot];
+        let w1 = if w0 & COISSUE_BIT != 0 && pc + 4 < EXEC_REGION_END {
+            mem::ld32(mem, pc + 4)?
+        } else {
+            0
+        };
+        if tag == pc && c0 == w0 && c1 == w1 {
+            return Ok((issue, [w0, w1]));
+        }
+        let (first, co) = decode(w0).map_err(FaultKind::Undecodable)?;
+        let issue = if co {
+            if pc % 8 != 0 {
+                return Err(FaultKind::FetchMisaligned);
+            }
+            crate::isa::decode_bundle(w0, w1).map_err(FaultKind::Undecodable)?
+        } else {
+            Issue::Single(first)
+        };
+        self.icache[slot] = (pc, w0, w1, issue);
+        Ok((issue, [w0, w1]))
+    }
+
+    /// Run until the supervisor reaches an internal/host sync, halts, or the next issue would be
+    /// later than `limit`.
+    pub fn run(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, limit: u64) -> Result<Stop, Fault> {
+        loop {
+            match self.sup_state {
+                SupState::Halted => return Ok(Stop::Halted { cycle: self.last_cycle }),
+                SupState::AtSync(zone) => return Ok(Stop::Sync { zone, cycle: self.last_cycle }),
+                _ => {}
+            }
+            let owned = self.owned_slots();
+            let mut best: Option<(u64, Option<usize>)> =
+                self.sup_issue_cycle(owned).map(|t| (t, None));
+            for (k, w) in self.workers.iter().enumerate() {
+                if w.running && best.is_none_or(|(t, _)| w.next_issue < t) {
+                    best = Some((w.next_issue, Some(k)));
+                }
+            }
+            let Some((t, who)) = best else {
+                // Unreachable by construction: a blocked supervisor always has running workers.
+                return Ok(Stop::Limit);
+            };
+            if t > limit {
+                return Ok(Stop::Limit);
+            }
+            match who {
+                None => self.step_sup(mem, bus, t)?,
+                Some(k) => self.step_worker(mem, bus, t, k)?,
+            }
+        }
+    }
+
+    fn fault(&self, ctx: CtxId, pc: u32, words: [u32; 2], cycle: u64, kind: FaultKind) -> Fault {
+        Fault { tile: self.shared.id, ctx, pc, words, cycle, kind }
+    }
+
+    fn step_sup(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64) -> Result<(), Fault> {
+        let pc = self.sup.pc;
+        let (issue, words) =
+            self.fetch(mem, pc).map_err(|k| self.fault(CtxId::Sup, pc, [0, 0], t, k))?;
+        let fault = |s: &Self, k| s.fault(CtxId::Sup, pc, words, t, k);
+        let mut cx = Cx { regs: &mut self.sup, mem, shared: &mut self.shared, fp: None, bus, cycle: t, pc };
+        let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Sup).map_err(|k| fault(self, k))?;
+        self.last_cycle = t;
+        let mut next_pc = pc.wrapping_add(len);
+        match flow {
+            Flow::Next => {}
+            Flow::Jump(a) => next_pc = a,
+            Flow::Sync(zone::LOCAL) => {
+                if self.owned_slots() != 0 {
+                    self.sup_state = SupState::WaitLocal;
+                    self.sup_next = t + 1;
+                    return Ok(());
+                }
+                self.sup_state = SupState::Running;
+            }
+            Flow::Sync(z @ (zone::INTERNAL | zone::HOST)) => {
+                if self.owned_slots() != 0 {
+                    return Err(fault(self, FaultKind::WorkersRunning));
+                }
+                self.sup_state = SupState::AtSync(z);
+            }
+            Flow::Sync(z) => return Err(fault(self, FaultKind::InvalidZone(z))),
+            Flow::Run { entry, arg, all } => self.start_workers(t, entry, arg, all).map_err(|k| fault(self, k))?,
+            Flow::Halt => {
+                if self.owned_slots() != 0 {
+                    return Err(fault(self, FaultKind::WorkersRunning));
+                }
+                self.sup_state = SupState::Halted;
+            }
+            Flow::Exit | Flow::Rpt { .. } => return Err(fault(self, FaultKind::WrongContext)),
+        }
+        self.issued += 1;
+        self.sup.pc = next_pc;
+        self.sup_next = t + cost as u64;
+        Ok(())
+    }
+
+    fn start_workers(&mut self, t: u64, entry: u32, arg: u32, all: bool) -> Result<(), FaultKind> {
+        let owned = self.owned_slots();
+        let slots: u32 = if all {
+            if owned != 0 {
+                return Err(FaultKind::NoFreeWorker);
+            }
+            (1 << WORKERS) - 1
+        } else {
+            let free = !owned & ((1 << WORKERS) - 1);
+            if free == 0 {
+                return Err(FaultKind::NoFreeWorker);
+            }
+            1 << free.trailing_zeros()
+        };
+        for k in 0..WORKERS {
+            if slots & (1 << k) != 0 {
+                let first = t + 1 + (k as u64 + BARREL_SLOTS - (t + 1) % BARREL_SLOTS) % BARREL_SLOTS;
+                let mut regs = Regs { pc: entry, ..Regs::default() };
+                regs.m[0] = k as u32;
+                regs.m[1] = arg;
+                self.workers[k] = Worker { regs, running: true, next_issue: first, ..Worker::default() };
+            }
+        }
+        Ok(())
+    }
+
+    fn step_worker(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64, k: usize) -> Result<(), Fault> {
+        let pc = self.workers[k].regs.pc;
+        let ctx = CtxId::Worker(k as u8);
+        let (issue, words) = self.fetch(mem, pc).map_err(|e| self.fault(ctx, pc, [0, 0], t, e))?;
+        let fault = |s: &Self, e| s.fault(ctx, pc, words, t, e);
+        let w = &mut self.workers[k];
+        let in_rpt = w.rpt_left > 0;
+        if in_rpt && !matches!(issue, Issue::Bundle(..)) {
+            return Err(fault(self, FaultKind::RptBody));
+        }
+        let mut cx = Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
+        let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Worker).map_err(|e| fault(self, e))?;
+        let w = &mut self.workers[k];
+        let mut next_pc = pc.wrapping_add(len);
+        match flow {
+            Flow::Next => {}
+            Flow::Jump(a) => next_pc = a,
+            Flow::Exit => w.running = false,
+            Flow::Rpt { count, bundles } => {
+                if count > RPT_MAX_COUNT {
+                    return Err(fault(self, FaultKind::RptCount(count)));
+                }
+                if next_pc % 8 != 0 || bundles == 0 {
+                    return Err(fault(self, FaultKind::RptAlign));
+                }
+                if count > 0 {
+                    w.rpt_left = count;
+                    w.rpt_start = next_pc;
+                    w.rpt_end = next_pc + 8 * bundles;
+                } else {
+                    next_pc += 8 * bundles;
+                }
+            }
+            _ => return Err(fault(self, FaultKind::WrongContext)),
+        }
+        if in_rpt && next_pc == w.rpt_end {
+            w.rpt_left -= 1;
+            if w.rpt_left > 0 {
+                next_pc = w.rpt_start;
+            }
+        }
+        w.regs.pc = next_pc;
+        w.next_issue = t + BARREL_SLOTS * cost as u64;
+        self.issued += 1;
+        self.last_cycle = t;
+        Ok(())
+    }
+}

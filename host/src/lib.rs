@@ -1,0 +1,1 @@
+//! `ipu-host`: the std shell around the no_std crates.
