@@ -129,6 +129,8 @@ pub struct Tile {
     pub issued: u64,
     /// Cycle of the latest issue.
     pub last_cycle: u64,
+    /// No context issues before this cycle (one past the latest issue, or the release cycle).
+    floor: u64,
     icache: [(u32, u32, u32, Issue); ICACHE],
 }
 
@@ -144,6 +146,7 @@ impl Tile {
             shared: Shared { id, cwei: [0; CWEI_BYTES], fp_infmt: 0, fp_iscl: 0, outgoing_base: 0 },
             issued: 0,
             last_cycle: 0,
+            floor: 0,
             icache: [(u32::MAX, 0, 0, nop); ICACHE],
         }
     }
@@ -153,6 +156,7 @@ impl Tile {
         if let SupState::AtSync(_) = self.sup_state {
             self.sup_state = SupState::Running;
             self.sup_next = cycle;
+            self.floor = cycle;
         }
     }
 
@@ -175,7 +179,7 @@ impl Tile {
         if owned == (1 << WORKERS) - 1 {
             return None;
         }
-        let mut t = self.sup_next;
+        let mut t = self.sup_next.max(self.floor);
         while owned & (1 << (t % BARREL_SLOTS)) != 0 {
             t += 1;
         }
@@ -239,6 +243,7 @@ impl Tile {
                 None => self.step_sup(mem, bus, t)?,
                 Some(k) => self.step_worker(mem, bus, t, k)?,
             }
+            self.floor = t + 1;
         }
     }
 
