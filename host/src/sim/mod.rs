@@ -41,6 +41,12 @@ pub struct SimDevice {
     pub exchanged_words: u64,
 }
 
+impl std::fmt::Debug for SimDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimDevice {{ tiles: {}, cycle: {} }}", self.tiles.len(), self.cycle)
+    }
+}
+
 impl SimDevice {
     /// A fresh device with zeroed memory and no tile loaded.
     pub fn new(cfg: SimConfig) -> Result<Self, DeviceError> {
