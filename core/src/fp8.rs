@@ -73,11 +73,7 @@ pub fn from_f32(x: f32, fmt: Fp8Format) -> u8 {
         return 0;
     }
     // x = sig · 2^(exp2) exactly.
-    let (sig, exp2) = if biased == 0 {
-        (frac, -149)
-    } else {
-        (frac | 0x80_0000, biased - 150)
-    };
+    let (sig, exp2) = if biased == 0 { (frac, -149) } else { (frac | 0x80_0000, biased - 150) };
     let m = fmt.mantissa_bits() as i32;
     let emin = 1 - fmt.bias();
     // floor(log2 |x|)
@@ -98,11 +94,7 @@ pub fn from_f32(x: f32, fmt: Fp8Format) -> u8 {
             kept
         }
     };
-    let code = if e < emin {
-        n
-    } else {
-        (((e + fmt.bias()) as u32) << m) + (n - (1 << m))
-    };
+    let code = if e < emin { n } else { (((e + fmt.bias()) as u32) << m) + (n - (1 << m)) };
     if code > 0x7F {
         return NAN;
     }

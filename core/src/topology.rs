@@ -1,8 +1,8 @@
 //! Logical→physical tile mapping and the exchange latency model (`docs/target.md` §1.1–1.2).
 
 use crate::target::{
-    EXCHANGE_BASE_LATENCY, EXCHANGE_CYCLES_LANE, EXCHANGE_CYCLES_PER_COLUMN,
-    EXCHANGE_CYCLES_PER_ROW, NUM_TILES,
+    EXCHANGE_BASE_LATENCY, EXCHANGE_CYCLES_LANE, EXCHANGE_CYCLES_PER_COLUMN, EXCHANGE_CYCLES_PER_ROW,
+    NUM_TILES,
 };
 
 /// Physical id of a logical tile, the published C600 snake (FS §1).
@@ -38,11 +38,7 @@ pub const fn latency(s: u16, d: u16) -> u32 {
     EXCHANGE_BASE_LATENCY
         + EXCHANGE_CYCLES_PER_COLUMN * column(ps).abs_diff(column(pd))
         + EXCHANGE_CYCLES_PER_ROW * row(ps).abs_diff(row(pd))
-        + if lane(ps) != lane(pd) {
-            EXCHANGE_CYCLES_LANE
-        } else {
-            0
-        }
+        + if lane(ps) != lane(pd) { EXCHANGE_CYCLES_LANE } else { 0 }
 }
 
 /// Largest latency between any two of the first `tiles` logical tiles.

@@ -128,7 +128,9 @@ pub enum DeviceError {
         why: String,
     },
     /// The cycle budget ran out.
-    #[error("cycle budget of {budget} cycles exceeded (tile {tile} still running); raise it with --max-cycles")]
+    #[error(
+        "cycle budget of {budget} cycles exceeded (tile {tile} still running); raise it with --max-cycles"
+    )]
     Budget {
         /// Budget.
         budget: u64,

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ipu-codegen", version, about = "Compile, run and inspect programs for the Graphcore IPU Mk2")]
+#[command(
+    name = "ipu-codegen",
+    version,
+    about = "Compile, run and inspect programs for the Graphcore IPU Mk2"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -49,7 +53,9 @@ enum Cmd {
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
-    ipu_core::isa::parse_int(s).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| format!("not an address: {s}"))
+    ipu_core::isa::parse_int(s)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("not an address: {s}"))
 }
 
 /// A failure with the exit code it maps to (2 = bad input or usage).
@@ -63,7 +69,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Asm { file, output } => {
             let src = read_text(&file)?;
-            let prog = TileProgram::from_asm(&src).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+            let prog =
+                TileProgram::from_asm(&src).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
             let (base, img) = prog.flat_image();
             std::fs::write(&output, &img).map_err(|e| Failure(2, format!("{}: {e}", output.display())))?;
             println!("{}: {} bytes at {base:#x}, entry {:#x}", output.display(), img.len(), prog.entry);
@@ -74,17 +81,24 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Sim { file, tiles, threads, max_cycles } => {
             let src = read_text(&file)?;
-            let prog = TileProgram::from_asm(&src).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
-            let mut dev = SimDevice::new(SimConfig { tiles, threads, max_cycles }).map_err(|e| Failure(2, e.to_string()))?;
+            let prog =
+                TileProgram::from_asm(&src).map_err(|e| Failure(2, format!("{}: {e}", file.display())))?;
+            let mut dev = SimDevice::new(SimConfig { tiles, threads, max_cycles })
+                .map_err(|e| Failure(2, e.to_string()))?;
             for t in 0..tiles {
-                dev.load_tile(t as u16, &prog.segment_refs(), prog.entry).map_err(|e| Failure(2, e.to_string()))?;
+                dev.load_tile(t as u16, &prog.segment_refs(), prog.entry)
+                    .map_err(|e| Failure(2, e.to_string()))?;
             }
             let start = std::time::Instant::now();
             let r = dev.run_to_host_sync().map_err(|e| Failure(1, e.to_string()))?;
             let secs = start.elapsed().as_secs_f64();
             println!(
                 "state={:?} cycles={} issued={} syncs={} host_seconds={secs:.3} instr_per_second={:.0}",
-                r.state, r.cycles, r.issued, r.syncs, r.issued as f64 / secs
+                r.state,
+                r.cycles,
+                r.issued,
+                r.syncs,
+                r.issued as f64 / secs
             );
         }
     }

@@ -55,15 +55,21 @@ impl TileProgram {
 /// Disassemble a flat image at `base`, one issue unit per line: `address: words  text`.
 /// Words that are not instructions are shown as `.word`.
 pub fn disassemble(base: u32, bytes: &[u8]) -> String {
-    let words: Vec<u32> =
-        bytes.chunks(4).map(|c| { let mut w = [0u8; 4]; w[..c.len()].copy_from_slice(c); u32::from_le_bytes(w) }).collect();
+    let words: Vec<u32> = bytes
+        .chunks(4)
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect();
     let mut out = String::new();
     let mut i = 0;
     while i < words.len() {
         let addr = base + 4 * i as u32;
         let w = words[i];
         let unit = match decode(w) {
-            Ok((_, true)) if i + 1 < words.len() && addr % 8 == 0 => {
+            Ok((_, true)) if i + 1 < words.len() && addr.is_multiple_of(8) => {
                 decode_bundle(w, words[i + 1]).ok().map(|b| (b, 2))
             }
             Ok((ins, false)) => Some((Issue::Single(ins), 1)),

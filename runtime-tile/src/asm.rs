@@ -209,7 +209,7 @@ impl<'src> State<'src, '_> {
                 if n == 0 || !n.is_power_of_two() {
                     return Err(AsmErrorKind::BadDirective);
                 }
-                while self.addr % n != 0 {
+                while !self.addr.is_multiple_of(n) {
                     self.emit(&[0])?;
                 }
                 Ok(())

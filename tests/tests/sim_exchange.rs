@@ -26,7 +26,10 @@ fn two_tile_exchange_lands_when_mux_is_exact() {
     assert_eq!(r.cycle, 285);
     assert_eq!(r.syncs, 2);
     let buf = 0x60000;
-    assert_eq!(read(&mut dev, 1, buf, 16), [0x11u8; 4].iter().chain(&[0x22; 4]).chain(&[0x33; 4]).chain(&[0x44; 4]).copied().collect::<Vec<_>>());
+    assert_eq!(
+        read(&mut dev, 1, buf, 16),
+        [0x11u8; 4].iter().chain(&[0x22; 4]).chain(&[0x33; 4]).chain(&[0x44; 4]).copied().collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -34,7 +37,15 @@ fn mux_set_one_cycle_late_is_an_exchange_fault() {
     let (_, r) = two_tiles(13, 1);
     let err = r.unwrap_err();
     match &err {
-        DeviceError::Exchange(ExchangeFault::Lost { sender: 0, cycle: 91, word: 0, receiver: Some(1), arrival: 104, mux_at_arrival: 0x640, selects_from: Some(105) }) => {}
+        DeviceError::Exchange(ExchangeFault::Lost {
+            sender: 0,
+            cycle: 91,
+            word: 0,
+            receiver: Some(1),
+            arrival: 104,
+            mux_at_arrival: 0x640,
+            selects_from: Some(105),
+        }) => {}
         other => panic!("unexpected: {other:?}"),
     }
     assert_eq!(
@@ -74,7 +85,12 @@ main:
 buf: .space 32
 ";
 
-fn broadcast(tiles: usize, threads: usize, drain: u32, expect: u32) -> Result<(SimDevice, ipu_host::RunReport), DeviceError> {
+fn broadcast(
+    tiles: usize,
+    threads: usize,
+    drain: u32,
+    expect: u32,
+) -> Result<(SimDevice, ipu_host::RunReport), DeviceError> {
     let tx = program(&BROADCAST_TX.replace("DRAIN", &drain.to_string()));
     let rx = program(&BROADCAST_RX.replace("setzi $m3, 8", &format!("setzi $m3, {expect}")));
     let mut dev = device(tiles, threads);
@@ -103,7 +119,10 @@ fn words_arriving_after_the_closing_sync_are_rejected() {
     // Without the drain delay the sender syncs at 120 and the sync releases at 210, before the
     // words reach the far side of the chip (latency up to 147).
     let err = broadcast(1472, 0, 1, 8).unwrap_err();
-    assert!(matches!(err, DeviceError::Exchange(ExchangeFault::Late { sender: 0, release: 210, .. })), "{err}");
+    assert!(
+        matches!(err, DeviceError::Exchange(ExchangeFault::Late { sender: 0, release: 210, .. })),
+        "{err}"
+    );
 }
 
 #[test]

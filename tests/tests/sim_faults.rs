@@ -86,7 +86,9 @@ fn sync_that_can_never_complete_is_a_deadlock() {
 #[test]
 fn endless_program_stops_at_the_cycle_budget() {
     let prog = program("main:\n bri main\n");
-    let mut dev = ipu_host::sim::SimDevice::new(ipu_host::sim::SimConfig { tiles: 1, threads: 1, max_cycles: 10_000 }).unwrap();
+    let mut dev =
+        ipu_host::sim::SimDevice::new(ipu_host::sim::SimConfig { tiles: 1, threads: 1, max_cycles: 10_000 })
+            .unwrap();
     load(&mut dev, 0, &prog);
     let err = dev.run_to_host_sync().unwrap_err();
     assert!(matches!(err, DeviceError::Budget { budget: 10_000, tile: 0 }), "{err}");

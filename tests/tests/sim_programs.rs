@@ -81,8 +81,9 @@ fn amp_block(workers: usize, rows: usize, threads: usize) -> (u64, Vec<Vec<u16>>
                     if n / 4 == ph {
                         acc += p[16 * r + n].to_f32();
                     }
-                    let pr: Vec<f32> =
-                        (0..4).map(|i| x[16 * r + 4 * ph + i].to_f32() * w[(4 * ph + i) * 16 + n].to_f32()).collect();
+                    let pr: Vec<f32> = (0..4)
+                        .map(|i| x[16 * r + 4 * ph + i].to_f32() * w[(4 * ph + i) * 16 + n].to_f32())
+                        .collect();
                     acc += (pr[0] + pr[1]) + (pr[2] + pr[3]);
                 }
                 out.push(f16::from_f32(acc).to_bits());

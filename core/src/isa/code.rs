@@ -64,7 +64,7 @@ fn store_value(info: &OpInfo, fl: &Field, value: u32) -> Result<u32, EncodeError
             Ok(value)
         }
         Kind::APair => {
-            if value >= 16 || value % 2 != 0 {
+            if value >= 16 || !value.is_multiple_of(2) {
                 return Err(err("a register pair must be an even register 0..14"));
             }
             Ok(value / 2)
@@ -131,7 +131,12 @@ pub fn encode(instr: &Instr) -> Result<u32, EncodeError> {
     }
     for i in info.fields.len()..MAX_FIELDS {
         if instr.args[i] != 0 {
-            return Err(EncodeError { op: info.op, field: "-", value: instr.args[i], reason: "extra operand" });
+            return Err(EncodeError {
+                op: info.op,
+                field: "-",
+                value: instr.args[i],
+                reason: "extra operand",
+            });
         }
     }
     Ok(word)
@@ -180,7 +185,6 @@ pub fn decode_bundle(w0: u32, w1: u32) -> Result<Issue, DecodeError> {
     Ok(Issue::Bundle(main, aux))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,12 +195,7 @@ mod tests {
         for (i, a) in TABLE.iter().enumerate() {
             for b in &TABLE[i + 1..] {
                 let common = a.fixed_mask() & b.fixed_mask();
-                assert!(
-                    (a.base ^ b.base) & common != 0,
-                    "{} and {} overlap",
-                    a.mnemonic,
-                    b.mnemonic
-                );
+                assert!((a.base ^ b.base) & common != 0, "{} and {} overlap", a.mnemonic, b.mnemonic);
             }
         }
     }

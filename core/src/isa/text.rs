@@ -91,7 +91,9 @@ fn parse_operand(fl: &Field, s: &str) -> Option<u32> {
         Kind::MReg => s.strip_prefix("$m")?.parse::<u32>().ok().filter(|v| *v < 16),
         Kind::AReg | Kind::APair => s.strip_prefix("$a")?.parse::<u32>().ok().filter(|v| *v < 16),
         Kind::Unsigned => parse_int(s).filter(|v| (0..=u32::MAX as i64).contains(v)).map(|v| v as u32),
-        Kind::Signed => parse_int(s).filter(|v| (i32::MIN as i64..=i32::MAX as i64).contains(v)).map(|v| v as i32 as u32),
+        Kind::Signed => {
+            parse_int(s).filter(|v| (i32::MIN as i64..=i32::MAX as i64).contains(v)).map(|v| v as i32 as u32)
+        }
     }
 }
 

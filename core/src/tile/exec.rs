@@ -79,23 +79,19 @@ pub fn issue(cx: &mut Cx<'_>, issue: &Issue, ctx: Ctx) -> Result<(Flow, u32, u32
             if !allowed(main, ctx) || !allowed(aux, ctx) || aux.info().class != Class::Arf {
                 return Err(FaultKind::WrongContext);
             }
-            // Both halves read the registers as they were before the bundle.
-            let before = *cx.regs;
+            // Both halves read the registers as they were before the bundle. The aux (ARF) half
+            // reads and writes only `$a` registers, so only those need to be set aside.
+            let before = cx.regs.a;
             (main.info().exec)(cx, &main.args)?;
-            let after_main = *cx.regs;
-            *cx.regs = before;
+            let after_main = core::mem::replace(&mut cx.regs.a, before);
             (aux.info().exec)(cx, &aux.args)?;
-            let after_aux = *cx.regs;
-            *cx.regs = after_main;
             for r in 0..16 {
-                if after_aux.a[r] != before.a[r] {
-                    if after_main.a[r] != before.a[r] {
-                        return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
-                    }
-                    cx.regs.a[r] = after_aux.a[r];
+                let (b, m, x) = (before[r], after_main[r], cx.regs.a[r]);
+                if x != b && m != b {
+                    return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
                 }
+                cx.regs.a[r] = if x != b { x } else { m };
             }
-            cx.regs.pc = before.pc;
             let cost = main.info().cost_of(&main.args).max(aux.info().cost_of(&aux.args));
             Ok((Flow::Next, cost, 8))
         }
@@ -131,11 +127,21 @@ impl Cx<'_> {
     }
 }
 
+#[inline]
 fn halves(v: u64) -> [f16; 4] {
-    [0, 16, 32, 48].map(|s| f16::from_bits((v >> s) as u16))
+    [
+        f16::from_bits(v as u16),
+        f16::from_bits((v >> 16) as u16),
+        f16::from_bits((v >> 32) as u16),
+        f16::from_bits((v >> 48) as u16),
+    ]
 }
+#[inline]
 fn from_halves(h: [f16; 4]) -> u64 {
-    h.iter().enumerate().fold(0, |acc, (i, x)| acc | (x.to_bits() as u64) << (16 * i))
+    h[0].to_bits() as u64
+        | (h[1].to_bits() as u64) << 16
+        | (h[2].to_bits() as u64) << 32
+        | (h[3].to_bits() as u64) << 48
 }
 
 type R = Result<Flow, FaultKind>;
@@ -235,6 +241,8 @@ pub(crate) fn rpt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
 pub(crate) fn ldcwei(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let src = mem::bytes(cx.mem, cx.m(a[0]), CWEI_BYTES as u32, 16)?;
     cx.shared.cwei.copy_from_slice(src);
+    let bytes = cx.shared.cwei;
+    cx.shared.cwei_f32.refresh(&bytes);
     Ok(Flow::Next)
 }
 
@@ -496,16 +504,19 @@ enum AmpKind {
 fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
     let (pin, x) = (cx.pair(a[1]), cx.pair(a[2]));
     let p = a[3] as usize;
-    let cwei = cx.shared.cwei;
     let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
-    let fp = cx.worker_fp()?;
+    let fp = cx.fp.as_deref_mut().ok_or(FaultKind::WrongContext)?;
+    let cwei = &cx.shared.cwei_f32;
     if p == 0 {
         fp.drain = fp.aacc;
         fp.aacc = [0.0; 16];
     }
     let out = match kind {
         AmpKind::F32 => from_floats([fp.drain[2 * p], fp.drain[2 * p + 1]]),
-        _ => from_halves([0, 1, 2, 3].map(|i| f16::from_f32(fp.drain[4 * p + i]))),
+        _ => {
+            let d = &fp.drain[4 * p..4 * p + 4];
+            from_halves([f16::from_f32(d[0]), f16::from_f32(d[1]), f16::from_f32(d[2]), f16::from_f32(d[3])])
+        }
     };
     match kind {
         AmpKind::F32 => {
@@ -519,26 +530,26 @@ fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
             }
         }
     }
-    let w16 = |k: usize, n: usize, cols: usize| {
-        let o = 2 * (k * cols + n);
-        f16::from_bits(u16::from_le_bytes([cwei[o], cwei[o + 1]])).to_f32()
-    };
     match kind {
         AmpKind::F16 | AmpKind::F32 => {
             let cols = if kind == AmpKind::F16 { 16 } else { 8 };
-            let xs = halves(x).map(|h| h.to_f32());
+            let h = halves(x);
+            let xs = [h[0].to_f32(), h[1].to_f32(), h[2].to_f32(), h[3].to_f32()];
+            let w = &cwei.f16[4 * p * cols..4 * (p + 1) * cols];
+            let (w0, rest) = w.split_at(cols);
+            let (w1, rest) = rest.split_at(cols);
+            let (w2, w3) = rest.split_at(cols);
             for n in 0..cols {
-                let pr = [0, 1, 2, 3].map(|k| xs[k] * w16(4 * p + k, n, cols));
-                fp.aacc[n] += (pr[0] + pr[1]) + (pr[2] + pr[3]);
+                fp.aacc[n] += (xs[0] * w0[n] + xs[1] * w1[n]) + (xs[2] * w2[n] + xs[3] * w3[n]);
             }
         }
         AmpKind::F8 => {
-            let (fx, fw) = (Fp8Format::from_bit(infmt), Fp8Format::from_bit(infmt >> 1));
+            let fx = Fp8Format::from_bit(infmt);
+            let w = &cwei.f8[((infmt >> 1) & 1) as usize];
             let scale = fp8::scale_from_bits(iscl);
             let xs: [f32; 8] = core::array::from_fn(|k| fp8::to_f32((x >> (8 * k)) as u8, fx));
             for n in 0..16 {
-                let pr: [f32; 8] =
-                    core::array::from_fn(|k| xs[k] * fp8::to_f32(cwei[(8 * p + k) * 16 + n], fw));
+                let pr: [f32; 8] = core::array::from_fn(|k| xs[k] * w[(8 * p + k) * 16 + n]);
                 let s = ((pr[0] + pr[1]) + (pr[2] + pr[3])) + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
                 fp.aacc[n] += fp8::scale_pow2(s, scale);
             }

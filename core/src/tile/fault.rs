@@ -87,9 +87,7 @@ impl fmt::Display for FaultKind {
             FaultKind::RptAlign => f.write_str("rpt body must start 8-byte aligned"),
             FaultKind::RptBody => f.write_str("rpt body may contain only bundles"),
             FaultKind::NoFreeWorker => f.write_str("no free worker slot"),
-            FaultKind::WorkersRunning => {
-                f.write_str("internal/host sync or halt while workers are running")
-            }
+            FaultKind::WorkersRunning => f.write_str("internal/host sync or halt while workers are running"),
             FaultKind::InvalidZone(z) => write!(f, "sync zone {z} is not defined by the model"),
             FaultKind::UnknownCsr(c) => write!(f, "CSR {c:#x} not defined for this context"),
             FaultKind::PairedSendUnsupported => {

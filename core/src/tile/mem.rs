@@ -6,7 +6,7 @@ use crate::target::{in_tile_memory, TILE_MEM_BASE};
 /// Offset of `[addr, addr+len)` in the memory slice, after range and alignment checks.
 #[inline]
 pub fn offset(addr: u32, len: u32, align: u32) -> Result<usize, FaultKind> {
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err(FaultKind::Misaligned { addr, align });
     }
     if !in_tile_memory(addr, len) {

@@ -63,6 +63,37 @@ pub struct Worker {
     rpt_end: u32,
 }
 
+/// The AMP weight store decoded to f32 (a cache of `Shared::cwei`, refreshed by `ldcwei`).
+#[derive(Clone, Copy, Debug)]
+pub struct CweiDecoded {
+    /// The 256 f16 values.
+    pub f16: [f32; CWEI_BYTES / 2],
+    /// The 512 FP8 values as F143 (`[0]`) and F152 (`[1]`).
+    pub f8: [[f32; CWEI_BYTES]; 2],
+}
+
+impl Default for CweiDecoded {
+    fn default() -> Self {
+        CweiDecoded { f16: [0.0; CWEI_BYTES / 2], f8: [[0.0; CWEI_BYTES]; 2] }
+    }
+}
+
+impl CweiDecoded {
+    /// Decode `bytes` in every view.
+    pub fn refresh(&mut self, bytes: &[u8; CWEI_BYTES]) {
+        for (i, v) in self.f16.iter_mut().enumerate() {
+            *v = half::f16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).to_f32();
+        }
+        for (fmt, view) in
+            [crate::fp8::Fp8Format::E4M3, crate::fp8::Fp8Format::E5M2].iter().zip(self.f8.iter_mut())
+        {
+            for (v, b) in view.iter_mut().zip(bytes) {
+                *v = crate::fp8::to_f32(*b, *fmt);
+            }
+        }
+    }
+}
+
 /// State shared by all contexts of a tile.
 #[derive(Clone, Copy, Debug)]
 pub struct Shared {
@@ -70,6 +101,8 @@ pub struct Shared {
     pub id: u16,
     /// AMP weight store.
     pub cwei: [u8; CWEI_BYTES],
+    /// The weight store decoded once per `ldcwei`: as 256 f16, and as 512 FP8 in each format.
+    pub cwei_f32: CweiDecoded,
     /// `$FP_INFMT`.
     pub fp_infmt: u32,
     /// `$FP_ISCL`.
@@ -143,7 +176,14 @@ impl Tile {
             sup_state: SupState::Running,
             sup_next: 0,
             workers: [Worker::default(); WORKERS],
-            shared: Shared { id, cwei: [0; CWEI_BYTES], fp_infmt: 0, fp_iscl: 0, outgoing_base: 0 },
+            shared: Shared {
+                id,
+                cwei: [0; CWEI_BYTES],
+                cwei_f32: CweiDecoded::default(),
+                fp_infmt: 0,
+                fp_iscl: 0,
+                outgoing_base: 0,
+            },
             issued: 0,
             last_cycle: 0,
             floor: 0,
@@ -194,17 +234,13 @@ impl Tile {
         let w0 = mem::ld32(mem, pc).map_err(|_| FaultKind::FetchMisaligned)?;
         let slot = ((pc >> 2) as usize) % ICACHE;
         let (tag, c0, c1, issue) = self.icache[slot];
-        let w1 = if w0 & COISSUE_BIT != 0 && pc + 4 < EXEC_REGION_END {
-            mem::ld32(mem, pc + 4)?
-        } else {
-            0
-        };
+        let w1 = if w0 & COISSUE_BIT != 0 && pc + 4 < EXEC_REGION_END { mem::ld32(mem, pc + 4)? } else { 0 };
         if tag == pc && c0 == w0 && c1 == w1 {
             return Ok((issue, [w0, w1]));
         }
         let (first, co) = decode(w0).map_err(FaultKind::Undecodable)?;
         let issue = if co {
-            if pc % 8 != 0 {
+            if !pc.is_multiple_of(8) {
                 return Err(FaultKind::FetchMisaligned);
             }
             crate::isa::decode_bundle(w0, w1).map_err(FaultKind::Undecodable)?
@@ -225,8 +261,7 @@ impl Tile {
                 _ => {}
             }
             let owned = self.owned_slots();
-            let mut best: Option<(u64, Option<usize>)> =
-                self.sup_issue_cycle(owned).map(|t| (t, None));
+            let mut best: Option<(u64, Option<usize>)> = self.sup_issue_cycle(owned).map(|t| (t, None));
             for (k, w) in self.workers.iter().enumerate() {
                 if w.running && best.is_none_or(|(t, _)| w.next_issue < t) {
                     best = Some((w.next_issue, Some(k)));
@@ -253,8 +288,7 @@ impl Tile {
 
     fn step_sup(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64) -> Result<(), Fault> {
         let pc = self.sup.pc;
-        let (issue, words) =
-            self.fetch(mem, pc).map_err(|k| self.fault(CtxId::Sup, pc, [0, 0], t, k))?;
+        let (issue, words) = self.fetch(mem, pc).map_err(|k| self.fault(CtxId::Sup, pc, [0, 0], t, k))?;
         let fault = |s: &Self, k| s.fault(CtxId::Sup, pc, words, t, k);
         let mut cx = Cx { regs: &mut self.sup, mem, shared: &mut self.shared, fp: None, bus, cycle: t, pc };
         let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Sup).map_err(|k| fault(self, k))?;
@@ -278,7 +312,9 @@ impl Tile {
                 self.sup_state = SupState::AtSync(z);
             }
             Flow::Sync(z) => return Err(fault(self, FaultKind::InvalidZone(z))),
-            Flow::Run { entry, arg, all } => self.start_workers(t, entry, arg, all).map_err(|k| fault(self, k))?,
+            Flow::Run { entry, arg, all } => {
+                self.start_workers(t, entry, arg, all).map_err(|k| fault(self, k))?
+            }
             Flow::Halt => {
                 if self.owned_slots() != 0 {
                     return Err(fault(self, FaultKind::WorkersRunning));
@@ -329,7 +365,8 @@ impl Tile {
         if in_rpt && !matches!(issue, Issue::Bundle(..)) {
             return Err(fault(self, FaultKind::RptBody));
         }
-        let mut cx = Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
+        let mut cx =
+            Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
         let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Worker).map_err(|e| fault(self, e))?;
         let w = &mut self.workers[k];
         let mut next_pc = pc.wrapping_add(len);

@@ -121,7 +121,7 @@ fn receive(d: u16, logs: &[TileLog], release: u64) -> Result<(Vec<Landing>, u32)
         if arrival >= release {
             return Err(ExchangeFault::Late { sender: s, receiver: d, arrival, release });
         }
-        if !in_tile_memory(ptr, 4) || ptr % 4 != 0 {
+        if !in_tile_memory(ptr, 4) || !ptr.is_multiple_of(4) {
             return Err(ExchangeFault::OutOfRange { receiver: d, addr: ptr, cycle: arrival });
         }
         out.push((arrival, s, idx, ptr, logs[s as usize].send_words[idx]));

@@ -90,7 +90,10 @@ impl SimDevice {
     fn check_tile(&self, tile: u16) -> Result<usize, DeviceError> {
         let t = tile as usize;
         if t >= self.tiles.len() {
-            return Err(DeviceError::Request(format!("tile {tile} out of range (device has {})", self.tiles.len())));
+            return Err(DeviceError::Request(format!(
+                "tile {tile} out of range (device has {})",
+                self.tiles.len()
+            )));
         }
         Ok(t)
     }
@@ -223,7 +226,8 @@ impl Device for SimDevice {
                 }
                 continue;
             }
-            let (state, cycle) = if host.is_some() { (StopState::HostSync, release) } else { (StopState::Halted, arrival) };
+            let (state, cycle) =
+                if host.is_some() { (StopState::HostSync, release) } else { (StopState::Halted, arrival) };
             self.cycle = cycle;
             return Ok(RunReport { state, cycle, cycles: cycle - start, issued, syncs });
         }
