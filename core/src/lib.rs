@@ -3,9 +3,16 @@
 //! `no_std` and allocation-free: everything here works on caller-provided buffers so that the same
 //! semantics can run inside firmware-adjacent tools. See `docs/target.md` for the specification
 //! this crate implements.
+//!
+//! The tile model (ISA, execution) is allocation-free. The graph IR and the planner use `alloc`:
+//! plans grow with tiles × operations (1472 tiles, hundreds of ops) and fixed worst-case buffers
+//! would be megabytes of static memory; see `docs/architecture.md`.
 #![no_std]
+extern crate alloc;
 
 pub mod fp8;
+pub mod graph;
+pub mod plan;
 pub mod isa;
 pub mod target;
 pub mod tile;

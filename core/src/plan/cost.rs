@@ -1,0 +1,81 @@
+//! The cost model: predicted cycles of a `run` call from the target model (docs/target.md §3–§6)
+//! and the kernels' instruction counts (`ipu-runtime-tile`, docs/kernels.md).
+
+use super::{Kernel, Step, TilePlan};
+use crate::target::{BARREL_SLOTS, CWEI_LOAD_CYCLES, SYNC_CYCLES};
+
+/// Predicted cycles.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    /// Whole `run` call, from the host-sync release to the next release.
+    pub cycles: u64,
+    /// Cycles spent in exchange supersteps (release to release).
+    pub exchange: u64,
+}
+
+/// Worker issues of a kernel for one descriptor entry (must match the kernel code).
+pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
+    match kernel {
+        // setup 10 (shl, add, 4×ld32, 2×ld64pi, nop, rpt) + 4 per row incl. the flush row + 2.
+        Kernel::AmpF16 | Kernel::AmpF32 => 10 + 4 * count as u64 + 2,
+        // shl, add, 3×ld32, brz; prologue 5; 2 per chunk after the first; st64pi, exit.
+        Kernel::AddF16 | Kernel::AddF32 => {
+            if count == 0 {
+                7
+            } else {
+                6 + 5 + 2 * (count as u64 - 1) + 2
+            }
+        }
+    }
+}
+
+/// Cycles from `runall` to the supervisor's next instruction after `sync 2`, when the slowest
+/// worker issues `max_issues` (docs/target.md §3: workers start on the next slots; the
+/// supervisor resumes after the last exit).
+pub fn runall_cycles(max_issues: u64) -> u64 {
+    BARREL_SLOTS * max_issues + 2
+}
+
+/// Supervisor instructions of the runtime around the phases: command fetch (setzi, ld32, brnz,
+/// call) and return (br) before the host sync.
+const CALL_OVERHEAD: u64 = 5;
+
+/// Predict a `run` call. `runall_issues(tile, step)` gives the slowest worker's issues of a
+/// `RunAll` step (the planner knows the descriptors).
+pub fn predict(tiles: &[TilePlan], runall_issues: impl Fn(usize, usize) -> u64, exchange_horizon: &[u64]) -> Cost {
+    // Split each tile's steps into supersteps at Sync/Exchange; time per superstep per tile.
+    let supersteps = tiles.first().map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count()).unwrap_or(0) + 1;
+    let mut longest = alloc::vec![0u64; supersteps];
+    let mut is_exchange = alloc::vec![false; supersteps];
+    for (ti, t) in tiles.iter().enumerate() {
+        let mut ss = 0;
+        let mut time = if ss == 0 { CALL_OVERHEAD - 1 } else { 0 };
+        let mut xi = 0;
+        for (si, step) in t.steps.iter().enumerate() {
+            match step {
+                Step::LoadWeights(..) => time += 1 + CWEI_LOAD_CYCLES as u64,
+                Step::RunAll(..) => time += 2 + runall_cycles(runall_issues(ti, si)),
+                Step::Sync | Step::Exchange(_) => {
+                    if let Step::Exchange(_) = step {
+                        time = time.max(exchange_horizon.get(xi).copied().unwrap_or(0));
+                        is_exchange[ss] = true;
+                        xi += 1;
+                    }
+                    longest[ss] = longest[ss].max(time);
+                    ss += 1;
+                    time = 0;
+                }
+            }
+        }
+        longest[ss] = longest[ss].max(time + 1);
+    }
+    let mut c = Cost::default();
+    for (ss, l) in longest.iter().enumerate() {
+        let stage = l + SYNC_CYCLES;
+        c.cycles += stage;
+        if is_exchange[ss] {
+            c.exchange += stage;
+        }
+    }
+    c
+}

@@ -1,0 +1,339 @@
+//! Matmul planning: a grid of tiles over (M, N, K), AMP kernels per 16-deep K block, and a
+//! partial-sum reduction over the exchange when K is split (docs/kernels.md).
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use ipu_schema::{DType, Direction};
+
+use super::cost::{self, kernel_issues};
+use super::exchange::{self, Transfer};
+use super::{BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
+use crate::graph::{matmul_dims, Graph, TensorId};
+use crate::target::{TILE_MEM_SIZE, WORKERS};
+
+/// Bytes the runtime and kernels may take (code, mailbox, descriptors) — kept out of tensor space.
+pub const RUNTIME_RESERVE: u64 = 24 * 1024;
+/// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
+const ROW: u32 = 32;
+/// Scratch before each worker's output rows: the AMP pipeline's first five stores.
+const SCRATCH: u32 = 40;
+/// Read-ahead slack after buffers streamed by the kernels.
+const SLACK: u32 = 48;
+
+/// A matmul in the planner's terms.
+#[derive(Clone, Debug)]
+pub struct MatMul {
+    /// Operand and result tensors.
+    pub a: TensorId,
+    /// Right operand.
+    pub b: TensorId,
+    /// Result.
+    pub c: TensorId,
+    /// Transposes.
+    pub ta: bool,
+    /// Transposes.
+    pub tb: bool,
+    /// Rows of the result.
+    pub m: u64,
+    /// Depth.
+    pub k: u64,
+    /// Columns.
+    pub n: u64,
+    /// Partial (and output) type.
+    pub acc: DType,
+}
+
+impl MatMul {
+    /// Build from graph tensors (dimensions already checked by the model parser).
+    pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
+        let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
+        MatMul { a, b, c, ta, tb, m, k, n, acc }
+    }
+    /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
+    pub fn block_cols(&self) -> u64 {
+        if self.acc == DType::F32 { 8 } else { 16 }
+    }
+    /// Bytes of one weight block in the CWEI.
+    pub fn block_bytes(&self) -> u32 {
+        16 * self.block_cols() as u32 * 2
+    }
+    /// K blocks.
+    pub fn kb(&self) -> u64 {
+        self.k.div_ceil(16)
+    }
+    /// N blocks.
+    pub fn nb(&self) -> u64 {
+        self.n.div_ceil(self.block_cols())
+    }
+    fn kernel(&self) -> (Kernel, Kernel) {
+        if self.acc == DType::F32 { (Kernel::AmpF32, Kernel::AddF32) } else { (Kernel::AmpF16, Kernel::AddF16) }
+    }
+}
+
+/// How the result is split over tiles: `tm` row groups × `tn` column groups × `tk` depth groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grid {
+    /// Row groups.
+    pub tm: u64,
+    /// Column-block groups.
+    pub tn: u64,
+    /// K-block groups (partial sums reduced over the exchange).
+    pub tk: u64,
+}
+
+fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
+    let base = total / parts;
+    let extra = total % parts;
+    let start = i * base + i.min(extra);
+    (start, start + base + u64::from(i < extra))
+}
+
+fn worker_rows(rows: u64) -> Vec<(u64, u64)> {
+    (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect()
+}
+
+/// Bytes of one output block (all workers' scratch and rows).
+fn c_block(rows: u64) -> u64 {
+    WORKERS as u64 * SCRATCH as u64 + rows * ROW as u64
+}
+
+/// Tile memory needed by the largest tile of a grid.
+pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
+    let rows = mm.m.div_ceil(g.tm);
+    let nbt = mm.nb().div_ceil(g.tn);
+    let kbt = mm.kb().div_ceil(g.tk);
+    let a = kbt * rows * ROW as u64 + SLACK as u64;
+    let b = kbt * nbt * mm.block_bytes() as u64;
+    let c = nbt * c_block(rows) + SLACK as u64;
+    let z = (rows.div_ceil(WORKERS as u64) + 1) * ROW as u64 + SLACK as u64;
+    let r = (g.tk - 1) * (c - SLACK as u64);
+    a + b + c + z + r
+}
+
+/// Analytic estimate of a grid's `run` cycles, used to screen candidates.
+pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
+    let rows = mm.m.div_ceil(g.tm);
+    let nbt = mm.nb().div_ceil(g.tn);
+    let kbt = mm.kb().div_ceil(g.tk);
+    let rw = rows.div_ceil(WORKERS as u64);
+    let (amp, add) = mm.kernel();
+    let compute = nbt * kbt * (33 + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
+    let mut total = compute + 5 + 90;
+    if g.tk > 1 {
+        let words = nbt * c_block(rows) / 4;
+        let xchg = 3 + (g.tk - 1) * (words + 1) + 150;
+        let chunks = (nbt * c_block(rows) / 8).div_ceil(WORKERS as u64);
+        total += 2 * 90 + xchg + (g.tk - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32)));
+    }
+    total
+}
+
+/// Candidate grids that fit, in a fixed order.
+pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
+    let t = tiles as u64;
+    let mut out = Vec::new();
+    for tn in 1..=mm.nb().min(t) {
+        for tk in 1..=mm.kb().min(t / tn) {
+            let tm_max = (t / (tn * tk)).min(mm.m).max(1);
+            let rows = mm.m.div_ceil(tm_max);
+            let tm = mm.m.div_ceil(rows).max(1);
+            let g = Grid { tm, tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)), tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)) };
+            if rows.div_ceil(WORKERS as u64) + 1 > 4095 {
+                continue;
+            }
+            if memory_needed(mm, g) + RUNTIME_RESERVE <= TILE_MEM_SIZE as u64 && !out.contains(&g) {
+                out.push(g);
+            }
+        }
+    }
+    out
+}
+
+/// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate).
+pub fn choose_grid(mm: &MatMul, tiles: usize) -> Grid {
+    candidates(mm, tiles)
+        .into_iter()
+        .min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk))
+        .unwrap_or(Grid { tm: 1, tn: 1, tk: 1 })
+}
+
+fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
+    Buffer { name: name.into(), bytes: bytes as u32, align: 16, kind, init: Vec::new() }
+}
+
+/// Plan the matmul on `grid` over a target of `tiles` tiles.
+pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
+    let used = (grid.tm * grid.tn * grid.tk) as usize;
+    if used > tiles {
+        return Err(PlanError::Unsupported(0, format!("grid needs {used} tiles, target has {tiles}")));
+    }
+    let need = memory_needed(mm, grid) + RUNTIME_RESERVE;
+    if need > TILE_MEM_SIZE as u64 {
+        return Err(PlanError::Memory { tile: 0, buffer: "matmul operands".into(), over: need - TILE_MEM_SIZE as u64 });
+    }
+    let (amp, add) = mm.kernel();
+    let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;
+    let mut plans = vec![TilePlan::default(); tiles];
+    let mut a_slices = Vec::new();
+    let mut b_slices = Vec::new();
+    let mut c_slices = Vec::new();
+    let mut transfers = Vec::new();
+    let elt = mm.acc.size() as u64;
+    let bc = mm.block_cols();
+    for i in 0..grid.tm {
+        let (m0, m1) = split(mm.m, grid.tm, i);
+        let rows = m1 - m0;
+        let wr = worker_rows(rows);
+        let cblk = c_block(rows);
+        for j in 0..grid.tn {
+            let (nb0, nb1) = split(mm.nb(), grid.tn, j);
+            let nbt = nb1 - nb0;
+            for l in 0..grid.tk {
+                let (kb0, kb1) = split(mm.kb(), grid.tk, l);
+                let kbt = kb1 - kb0;
+                let tile = tile_of(i, j, l);
+                let p = &mut plans[tile as usize];
+                p.buffers.push(zero("A", kbt * rows * ROW as u64 + SLACK as u64, MemKind::Tensor));
+                p.buffers.push(zero("B", kbt * nbt * mm.block_bytes() as u64, MemKind::Tensor));
+                p.buffers.push(zero("C", nbt * cblk + SLACK as u64, MemKind::Tensor));
+                p.buffers.push(zero("Z", (wr[0].1 - wr[0].0 + 1) * ROW as u64 + SLACK as u64, MemKind::Tensor));
+                for kbl in 0..kbt {
+                    let kb = kb0 + kbl;
+                    a_slices.push(SliceRef {
+                        tile,
+                        buffer: "A".into(),
+                        offset: (kbl * rows * ROW as u64) as u32,
+                        tensor_offset: (m0 * mm.k + kb * 16) * 2,
+                        rows: rows as u32,
+                        row_bytes: ((mm.k - kb * 16).min(16) * 2) as u32,
+                        tensor_stride: mm.k * 2,
+                        tile_stride: ROW,
+                    });
+                    for nbl in 0..nbt {
+                        let nb = nb0 + nbl;
+                        b_slices.push(SliceRef {
+                            tile,
+                            buffer: "B".into(),
+                            offset: ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
+                            tensor_offset: (kb * 16 * mm.n + nb * bc) * 2,
+                            rows: (mm.k - kb * 16).min(16) as u32,
+                            row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+                            tensor_stride: mm.n * 2,
+                            tile_stride: (bc * 2) as u32,
+                        });
+                    }
+                }
+                for nbl in 0..nbt {
+                    for kbl in 0..kbt {
+                        let mut words = Vec::new();
+                        let mut off = nbl * cblk;
+                        for (w0, w1) in &wr {
+                            let out = (off + SCRATCH as u64) as u32;
+                            words.push(Word::Sym("A".into(), ((kbl * rows + w0) * ROW as u64) as u32));
+                            words.push(if kbl == 0 { Word::Sym("Z".into(), 0) } else { Word::Sym("C".into(), out) });
+                            words.push(Word::Sym("C".into(), out - SCRATCH));
+                            words.push(Word::Const((w1 - w0 + 1) as u32));
+                            off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                        }
+                        let name = format!("d{nbl}_{kbl}");
+                        p.buffers.push(Buffer { name: name.clone(), bytes: 96, align: 16, kind: MemKind::Descriptor, init: words });
+                        p.steps.push(Step::LoadWeights("B".into(), ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32));
+                        p.steps.push(Step::RunAll(amp, name));
+                    }
+                }
+                if l == 0 {
+                    for nbl in 0..nbt {
+                        let nb = nb0 + nbl;
+                        let mut off = nbl * cblk;
+                        for (w0, w1) in &wr {
+                            if w1 > w0 {
+                                c_slices.push(SliceRef {
+                                    tile,
+                                    buffer: "C".into(),
+                                    offset: (off + SCRATCH as u64) as u32,
+                                    tensor_offset: ((m0 + w0) * mm.n + nb * bc) * elt,
+                                    rows: (w1 - w0) as u32,
+                                    row_bytes: ((mm.n - nb * bc).min(bc) * elt) as u32,
+                                    tensor_stride: mm.n * elt,
+                                    tile_stride: ROW,
+                                });
+                            }
+                            off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                        }
+                    }
+                } else {
+                    transfers.push(Transfer {
+                        sender: tile,
+                        receiver: tile_of(i, j, 0),
+                        src: "C".into(),
+                        src_off: 0,
+                        dst: "R".into(),
+                        dst_off: ((l - 1) * nbt * cblk) as u32,
+                        words: (nbt * cblk / 4) as u32,
+                    });
+                }
+            }
+            if grid.tk > 1 {
+                let root = &mut plans[tile_of(i, j, 0) as usize];
+                let cbytes = nbt * cblk;
+                root.buffers.push(zero("R", (grid.tk - 1) * cbytes, MemKind::Exchange));
+                let chunks = cbytes / 8;
+                for l in 1..grid.tk {
+                    let mut words = Vec::new();
+                    for w in 0..WORKERS as u64 {
+                        let (c0, c1) = split(chunks, WORKERS as u64, w);
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Sym("R".into(), ((l - 1) * cbytes + c0 * 8) as u32));
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Const((c1 - c0) as u32));
+                    }
+                    root.buffers.push(Buffer { name: format!("r{l}"), bytes: 96, align: 16, kind: MemKind::Descriptor, init: words });
+                }
+            }
+        }
+    }
+    let sched = exchange::schedule(&transfers).map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
+    let mut horizons = Vec::new();
+    if grid.tk > 1 {
+        horizons.push(sched.horizon);
+        for (t, p) in plans.iter_mut().enumerate() {
+            p.steps.push(Step::Sync);
+            p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
+            if p.buffers.iter().any(|b| b.name == "R") {
+                for l in 1..grid.tk {
+                    p.steps.push(Step::RunAll(add, format!("r{l}")));
+                }
+            }
+        }
+    }
+    let issues = |t: usize, s: usize| -> u64 {
+        let p = &plans[t];
+        let Step::RunAll(kernel, desc) = &p.steps[s] else { return 0 };
+        let b = p.buffers.iter().find(|b| &b.name == desc);
+        b.map(|b| b.init.chunks(4).map(|w| if let Word::Const(n) = w[3] { kernel_issues(*kernel, n) } else { 0 }).max().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    let cost = cost::predict(&plans, issues, &horizons);
+    let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };
+    Ok(Plan {
+        tiles: plans,
+        bindings: vec![
+            bind(mm.a, Direction::Input, mm.ta, a_slices),
+            bind(mm.b, Direction::Input, mm.tb, b_slices),
+            bind(mm.c, Direction::Output, false, c_slices),
+        ],
+        cost,
+        tiles_used: used as u32,
+        mapping: vec![format!(
+            "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
+            mm.m, mm.k, mm.n, grid.tm, grid.tn, grid.tk, mm.acc.name()
+        )],
+    })
+}
+
+/// Name used in logs.
+pub fn describe(g: Grid) -> String {
+    format!("{}x{}x{}", g.tm, g.tn, g.tk)
+}

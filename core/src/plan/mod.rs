@@ -1,0 +1,200 @@
+//! Planning: from a graph to per-tile programs over named buffers, bindings and a cost.
+//! The plan is symbolic (buffer names, not addresses): `ipu-linker` places the buffers and
+//! `ipu-runtime-tile` turns the steps into code.
+
+pub mod cost;
+pub mod exchange;
+pub mod matmul;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use ipu_schema::{DType, Direction};
+
+use crate::graph::{Graph, OpKind, TensorId};
+
+/// What a buffer holds, for the memory report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MemKind {
+    /// Tensor data.
+    Tensor,
+    /// Kernel descriptors.
+    Descriptor,
+    /// Exchange receive buffers.
+    Exchange,
+}
+
+/// A named piece of tile memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    /// Symbol name (unique on the tile).
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u32,
+    /// Alignment.
+    pub align: u32,
+    /// Kind.
+    pub kind: MemKind,
+    /// Initial 32-bit words (`Sym` words are resolved by the linker); empty = zero-filled.
+    pub init: Vec<Word>,
+}
+
+/// A 32-bit word whose value may be an address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Word {
+    /// A constant.
+    Const(u32),
+    /// Address of a buffer plus an offset.
+    Sym(String, u32),
+}
+
+/// Worker kernels (code in `ipu-runtime-tile`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kernel {
+    /// AMP rows, f16 partials (descriptor: x, pin, out−40, rows+1).
+    AmpF16,
+    /// AMP rows, f32 partials.
+    AmpF32,
+    /// `dst[i] += src[i]` over f16 (descriptor: dst, src, chunks of 8 bytes).
+    AddF16,
+    /// Same over f32.
+    AddF32,
+}
+
+/// One step of a tile's `run` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Load the AMP weight store from a buffer.
+    LoadWeights(String, u32),
+    /// Start six workers on a kernel with a descriptor table and wait for them.
+    RunAll(Kernel, String),
+    /// An internal sync (every tile has the same number).
+    Sync,
+    /// Timed exchange code, then an internal sync.
+    Exchange(Vec<exchange::Event>),
+}
+
+/// One tile's program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TilePlan {
+    /// Buffers.
+    pub buffers: Vec<Buffer>,
+    /// Steps of the `run` call.
+    pub steps: Vec<Step>,
+}
+
+/// A binding slice before linking (buffer name instead of address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceRef {
+    /// Tile.
+    pub tile: u16,
+    /// Buffer.
+    pub buffer: String,
+    /// Offset in the buffer.
+    pub offset: u32,
+    /// Byte offset in the tensor.
+    pub tensor_offset: u64,
+    /// Rows.
+    pub rows: u32,
+    /// Bytes per row.
+    pub row_bytes: u32,
+    /// Tensor bytes between rows.
+    pub tensor_stride: u64,
+    /// Tile bytes between rows.
+    pub tile_stride: u32,
+}
+
+/// How a tensor reaches tiles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingPlan {
+    /// Tensor.
+    pub tensor: TensorId,
+    /// Input or output.
+    pub direction: Direction,
+    /// The host transposes this 2-D tensor before (inputs) applying the slices.
+    pub transpose: bool,
+    /// Slices.
+    pub slices: Vec<SliceRef>,
+}
+
+/// The whole plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// One per tile of the target.
+    pub tiles: Vec<TilePlan>,
+    /// Bindings.
+    pub bindings: Vec<BindingPlan>,
+    /// Predicted cycles of a `run` call.
+    pub cost: cost::Cost,
+    /// Tiles that run kernels.
+    pub tiles_used: u32,
+    /// Human-readable mapping per op, for the log.
+    pub mapping: Vec<String>,
+}
+
+impl Plan {
+    /// Supersteps of the `run` call: internal syncs + 1.
+    pub fn phases(&self) -> u32 {
+        self.tiles.first().map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
+            .unwrap_or(0) as u32
+            + 1
+    }
+}
+
+/// Why a graph cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanError {
+    /// A feature the planner does not support, with the op index.
+    Unsupported(usize, String),
+    /// A tensor does not fit in tile memory.
+    Memory {
+        /// Tile.
+        tile: u16,
+        /// Buffer.
+        buffer: String,
+        /// Bytes over the limit.
+        over: u64,
+    },
+}
+
+impl core::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PlanError::Unsupported(op, w) => write!(f, "op {op}: {w}"),
+            PlanError::Memory { tile, buffer, over } => {
+                write!(f, "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over)")
+            }
+        }
+    }
+}
+
+/// Options for planning.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanOptions {
+    /// Tiles of the target.
+    pub tiles: usize,
+}
+
+/// Plan a graph. This version supports graphs of one matmul.
+pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    if graph.ops.len() != 1 {
+        return Err(PlanError::Unsupported(
+            graph.ops.len().min(1),
+            alloc::format!("this version plans exactly one matmul per model (model has {} ops)", graph.ops.len()),
+        ));
+    }
+    let op = &graph.ops[0];
+    match op.kind {
+        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate } => {
+            let out = graph.tensor(op.output);
+            if out.dtype != accumulate || !matches!(accumulate, DType::F16 | DType::F32) {
+                return Err(PlanError::Unsupported(0, alloc::format!(
+                    "output dtype {} with accumulate {} is not supported yet (they must be equal: f16 or f32)",
+                    out.dtype.name(), accumulate.name()
+                )));
+            }
+            let mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
+            let grid = matmul::choose_grid(&mm, opts.tiles);
+            matmul::plan(&mm, grid, opts.tiles)
+        }
+    }
+}

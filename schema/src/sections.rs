@@ -1,0 +1,210 @@
+//! Section bodies (`docs/format.md`), encoded with postcard.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde::{Deserialize, Serialize};
+
+/// Segment flag: instruction memory (must lie in region 0).
+pub const SEG_EXEC: u32 = 1;
+/// Segment flag: data.
+pub const SEG_DATA: u32 = 2;
+
+/// Bytes placed at a tile address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Tile byte address.
+    pub addr: u32,
+    /// `SEG_EXEC` or `SEG_DATA`.
+    pub flags: u32,
+    /// Contents.
+    pub bytes: Vec<u8>,
+}
+
+/// One tile's image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileImage {
+    /// Logical tile.
+    pub tile: u16,
+    /// Supervisor entry address.
+    pub entry: u32,
+    /// Segments, sorted by address.
+    pub segments: Vec<Segment>,
+}
+
+/// Element types on disk and on device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DType {
+    /// IEEE single.
+    F32,
+    /// IEEE half.
+    F16,
+    /// FP8 F143 (`float8_e4m3fnuz`).
+    F8E4M3,
+    /// FP8 F152 (`float8_e5m2fnuz`).
+    F8E5M2,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 => 2,
+            DType::F8E4M3 | DType::F8E5M2 => 1,
+        }
+    }
+    /// Name in model files.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::F8E4M3 => "f8e4m3",
+            DType::F8E5M2 => "f8e5m2",
+        }
+    }
+}
+
+/// Whether the host writes or reads a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// Host → device before each inference.
+    Input,
+    /// Device → host after each inference.
+    Output,
+}
+
+/// A strided block copy between a tensor (row-major bytes) and one tile:
+/// `rows` rows of `row_bytes`, tensor rows `tensor_stride` apart, tile rows `tile_stride` apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slice {
+    /// Tile.
+    pub tile: u16,
+    /// Tile address of the first row.
+    pub addr: u32,
+    /// Byte offset of the first row in the tensor.
+    pub tensor_offset: u64,
+    /// Rows.
+    pub rows: u32,
+    /// Bytes per row.
+    pub row_bytes: u32,
+    /// Tensor bytes between rows.
+    pub tensor_stride: u64,
+    /// Tile bytes between rows.
+    pub tile_stride: u32,
+}
+
+/// How a tensor maps onto tiles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// Tensor name from the model.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Input or output.
+    pub direction: Direction,
+    /// Power-of-two scale of FP8 tensors (0 otherwise).
+    pub scale: i8,
+    /// Copies (inputs may be replicated to several tiles).
+    pub slices: Vec<Slice>,
+}
+
+impl Binding {
+    /// Tensor size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.shape.iter().product::<u64>() * self.dtype.size() as u64
+    }
+}
+
+/// A host-exchange call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    /// Name (`run`).
+    pub name: String,
+    /// Command word written to every tile's mailbox.
+    pub command: u32,
+    /// Phases (BSP supersteps) the call executes.
+    pub phases: u32,
+}
+
+/// The host-exchange protocol of the runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostExchange {
+    /// Page size in bytes.
+    pub page_bytes: u32,
+    /// Tile address of the command mailbox (same on every tile).
+    pub mailbox: u32,
+    /// Calls.
+    pub calls: Vec<Call>,
+}
+
+/// A named address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Symbol {
+    /// Name.
+    pub name: String,
+    /// Tile, or `u16::MAX` for all tiles.
+    pub tile: u16,
+    /// Address.
+    pub addr: u32,
+}
+
+/// Where the package came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    /// `ipu-codegen` version.
+    pub compiler: String,
+    /// Model name.
+    pub model: String,
+    /// SHA-256 of the model file.
+    pub model_digest: [u8; 32],
+    /// Target name.
+    pub target: String,
+    /// Tiles that run kernels.
+    pub tiles_used: u32,
+}
+
+/// Bytes of tile memory by kind on one tile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileMemory {
+    /// Code.
+    pub code: u32,
+    /// Tensor data (inputs, outputs, intermediates).
+    pub tensors: u32,
+    /// Kernel descriptors and other runtime data.
+    pub descriptors: u32,
+    /// Exchange receive buffers.
+    pub exchange: u32,
+    /// Host mailbox and host data.
+    pub host: u32,
+}
+
+/// The plan's figures.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    /// Cost-model prediction of one `run` call, cycles.
+    pub predicted_cycles: u64,
+    /// Of which exchange.
+    pub predicted_exchange_cycles: u64,
+    /// Prediction for the baseline mapping.
+    pub baseline_cycles: u64,
+    /// Search attempts made.
+    pub search_attempts: u32,
+    /// Memory by kind, per tile (index = tile).
+    pub memory: Vec<TileMemory>,
+}
+
+/// Encode a section body.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    postcard::to_allocvec(value).expect("postcard encoding of owned values cannot fail")
+}
+
+/// Decode a section body completely (trailing bytes are an error).
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, postcard::Error> {
+    let (v, rest) = postcard::take_from_bytes(bytes)?;
+    if !rest.is_empty() {
+        return Err(postcard::Error::DeserializeBadEncoding);
+    }
+    Ok(v)
+}
