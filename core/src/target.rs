@@ -41,6 +41,11 @@ pub const RPT_MAX_COUNT: u32 = 4095;
 pub const CWEI_LOAD_CYCLES: u32 = 32;
 /// Bytes in the AMP weight store (16×16 f16).
 pub const CWEI_BYTES: usize = 512;
+/// Host area at the top of data memory, below the range the SDK loader cannot write
+/// (FS §1.1: 0xE7BB0..0xE7FFF): the command mailbox and host data (*model*).
+pub const HOST_AREA_BASE: u32 = 0xE7B00;
+/// Bytes of the host area.
+pub const HOST_AREA_BYTES: u32 = 0xB0;
 /// Host exchange page size (FS §5).
 pub const HOST_PAGE_BYTES: usize = 4096;
 

@@ -1,7 +1,14 @@
 //! `ipu-host`: the std shell around the no_std crates — devices (the simulator and the PCIe
 //! driver), the command line, file formats on disk, and the host reference.
 
+pub mod atomic;
+pub mod build;
 pub mod device;
+pub mod lock;
+pub mod npy;
+pub mod package;
+pub mod reference;
+pub mod model;
 pub mod program;
 pub mod sim;
 

@@ -1,2 +1,162 @@
-//! `ipu-linker`: places sections into tile memory and produces tile images; no_std.
+//! `ipu-linker`: places a tile's code in the executable region and its buffers in data memory,
+//! resolves their symbols, assembles, and produces the tile image (docs/linker.md).
+//!
+//! Placement: code from `TILE_MEM_BASE` up (region 0, the only executable region); buffers
+//! largest-alignment-then-largest-first, first fit, into region 1 (0x80000..0xE8000) and then the
+//! rest of region 0 after the code. Deterministic: ties break by name.
 #![no_std]
+extern crate alloc;
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt::Write;
+
+use ipu_core::plan::{Buffer, MemKind, Word};
+use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_SIZE};
+use ipu_runtime_tile::asm::{assemble, AsmError};
+use ipu_schema::{Segment, TileImage, TileMemory, SEG_DATA, SEG_EXEC, SEG_ZERO};
+
+/// Why a tile cannot be linked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkError {
+    /// The generated code does not assemble (a compiler bug; the line is in the message).
+    Asm(u16, String),
+    /// A buffer does not fit: tile, buffer, bytes over.
+    NoSpace {
+        /// Tile.
+        tile: u16,
+        /// Buffer.
+        buffer: String,
+        /// Bytes that could not be placed.
+        over: u64,
+    },
+    /// Code larger than the executable region.
+    CodeTooLarge(u16, u32),
+}
+
+impl core::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LinkError::Asm(t, e) => write!(f, "tile {t}: generated code does not assemble: {e}"),
+            LinkError::NoSpace { tile, buffer, over } => {
+                write!(f, "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over)")
+            }
+            LinkError::CodeTooLarge(t, n) => {
+                write!(f, "tile {t}: {n} bytes of code exceed the executable region 0x4c000..0x80000")
+            }
+        }
+    }
+}
+
+/// A linked tile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Linked {
+    /// The image.
+    pub image: TileImage,
+    /// Buffer and code symbols.
+    pub symbols: BTreeMap<String, u32>,
+    /// Memory by kind.
+    pub memory: TileMemory,
+    /// End of code.
+    pub code_end: u32,
+}
+
+fn asm_err(tile: u16, e: AsmError, text: &str) -> LinkError {
+    let line = text.lines().nth(e.line.saturating_sub(1)).unwrap_or("").trim();
+    LinkError::Asm(tile, format!("{e} (`{line}`)"))
+}
+
+/// Link one tile.
+pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkError> {
+    let mut scratch = vec![0u8; TILE_MEM_SIZE];
+    // Pass 1: code size, with every buffer symbol at a dummy address.
+    let mut probe = String::new();
+    for b in buffers {
+        let _ = writeln!(probe, ".equ {}, {:#x}", b.name, 0x80000);
+    }
+    probe.push_str(code);
+    let p = assemble(&probe, TILE_MEM_BASE, &mut scratch).map_err(|e| asm_err(tile, e, &probe))?;
+    let code_bytes = p.segments.iter().map(|s| s.len as u32).sum::<u32>();
+    let code_end = TILE_MEM_BASE + code_bytes;
+    if code_end > EXEC_REGION_END {
+        return Err(LinkError::CodeTooLarge(tile, code_bytes));
+    }
+    // Place buffers.
+    let mut order: Vec<&Buffer> = buffers.iter().collect();
+    order.sort_by(|a, b| b.align.cmp(&a.align).then(b.bytes.cmp(&a.bytes)).then(a.name.cmp(&b.name)));
+    // The host area at the top of region 1 is reserved for the runtime's mailbox.
+    let mut free: Vec<(u32, u32)> = vec![(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let mut addr_of: BTreeMap<String, u32> = BTreeMap::new();
+    for b in order {
+        let align = b.align.max(8);
+        let mut placed = None;
+        for r in free.iter_mut() {
+            let start = r.0.div_ceil(align) * align;
+            if start as u64 + b.bytes as u64 <= r.1 as u64 {
+                placed = Some(start);
+                r.0 = start + b.bytes;
+                break;
+            }
+        }
+        let Some(a) = placed else {
+            let largest = free.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
+            return Err(LinkError::NoSpace { tile, buffer: b.name.clone(), over: (b.bytes - largest.min(b.bytes)) as u64 });
+        };
+        addr_of.insert(b.name.clone(), a);
+    }
+    // Pass 2: real addresses, initialised buffers as data segments.
+    let mut text = String::new();
+    for (n, a) in &addr_of {
+        let _ = writeln!(text, ".equ {n}, {a:#x}");
+    }
+    text.push_str(code);
+    for b in buffers.iter().filter(|b| !b.init.is_empty()) {
+        let _ = writeln!(text, ".org {}", b.name);
+        for w in &b.init {
+            match w {
+                Word::Const(v) => {
+                    let _ = writeln!(text, "    .word {v}");
+                }
+                Word::Sym(s, o) => {
+                    let _ = writeln!(text, "    .word {s}+{o}");
+                }
+            }
+        }
+    }
+    let prog = assemble(&text, TILE_MEM_BASE, &mut scratch).map_err(|e| asm_err(tile, e, &text))?;
+    let mut segments: Vec<Segment> = prog
+        .segments
+        .iter()
+        .map(|s| Segment {
+            addr: s.addr,
+            flags: if s.addr < code_end { SEG_EXEC } else { SEG_DATA },
+            len: s.len as u32,
+            bytes: scratch[s.offset..s.offset + s.len].to_vec(),
+        })
+        .collect();
+    let mut memory = TileMemory { code: code_bytes, host: HOST_AREA_BYTES, ..TileMemory::default() };
+    for b in buffers {
+        let a = addr_of[&b.name];
+        if b.init.is_empty() {
+            segments.push(Segment { addr: a, flags: SEG_DATA | SEG_ZERO, len: b.bytes, bytes: Vec::new() });
+        }
+        let slot = match b.kind {
+            MemKind::Tensor => &mut memory.tensors,
+            MemKind::Descriptor => &mut memory.descriptors,
+            MemKind::Exchange => &mut memory.exchange,
+        };
+        *slot += b.bytes;
+    }
+    segments.sort_by_key(|s| s.addr);
+    let mut symbols: BTreeMap<String, u32> = prog.symbols.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    symbols.extend(addr_of);
+    let entry = symbols.get("main").copied().unwrap_or(TILE_MEM_BASE);
+    segments.push(Segment { addr: HOST_AREA_BASE, flags: SEG_DATA | SEG_ZERO, len: HOST_AREA_BYTES, bytes: Vec::new() });
+    segments.sort_by_key(|s| s.addr);
+    Ok(Linked { image: TileImage { tile, entry, segments }, symbols, memory, code_end })
+}
+
+impl core::error::Error for LinkError {}

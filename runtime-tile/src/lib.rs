@@ -1,4 +1,8 @@
-//! `ipu-runtime-tile`: on-tile code — the assembler, the supervisor runtime and kernels; no_std.
+//! `ipu-runtime-tile`: on-tile code — the assembler, the supervisor runtime and the worker
+//! kernels. `no_std`; code generation uses `alloc` for its text.
 #![no_std]
+extern crate alloc;
 
 pub mod asm;
+pub mod kernels;
+pub mod runtime;

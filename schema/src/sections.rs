@@ -8,15 +8,19 @@ use serde::{Deserialize, Serialize};
 pub const SEG_EXEC: u32 = 1;
 /// Segment flag: data.
 pub const SEG_DATA: u32 = 2;
+/// Segment flag: zero-filled data; `bytes` is empty and `len` gives the size.
+pub const SEG_ZERO: u32 = 4;
 
 /// Bytes placed at a tile address.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
     /// Tile byte address.
     pub addr: u32,
-    /// `SEG_EXEC` or `SEG_DATA`.
+    /// `SEG_EXEC`, `SEG_DATA` or `SEG_DATA | SEG_ZERO`.
     pub flags: u32,
-    /// Contents.
+    /// Size in bytes (equals `bytes.len()` unless zero-filled).
+    pub len: u32,
+    /// Contents (empty for zero-filled segments).
     pub bytes: Vec<u8>,
 }
 
@@ -104,6 +108,8 @@ pub struct Binding {
     pub shape: Vec<u64>,
     /// Input or output.
     pub direction: Direction,
+    /// The slices address the transposed (2-D) tensor: the host transposes before writing.
+    pub transpose: bool,
     /// Power-of-two scale of FP8 tensors (0 otherwise).
     pub scale: i8,
     /// Copies (inputs may be replicated to several tiles).
@@ -163,6 +169,8 @@ pub struct BuildInfo {
     pub target: String,
     /// Tiles that run kernels.
     pub tiles_used: u32,
+    /// The model file itself, so that `run` can evaluate the host reference.
+    pub model_source: String,
 }
 
 /// Bytes of tile memory by kind on one tile.
@@ -193,6 +201,8 @@ pub struct PlanSummary {
     pub search_attempts: u32,
     /// Memory by kind, per tile (index = tile).
     pub memory: Vec<TileMemory>,
+    /// Per op, the tile grid `[tm, tn, tk]` (the host reference reproduces the K split).
+    pub grids: Vec<[u32; 3]>,
 }
 
 /// Encode a section body.

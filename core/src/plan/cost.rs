@@ -18,12 +18,13 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
     match kernel {
         // setup 10 (shl, add, 4×ld32, 2×ld64pi, nop, rpt) + 4 per row incl. the flush row + 2.
         Kernel::AmpF16 | Kernel::AmpF32 => 10 + 4 * count as u64 + 2,
-        // shl, add, 3×ld32, brz; prologue 5; 2 per chunk after the first; st64pi, exit.
+        // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
+        // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
             if count == 0 {
-                7
+                8
             } else {
-                6 + 5 + 2 * (count as u64 - 1) + 2
+                count as u64 + 15
             }
         }
     }

@@ -278,18 +278,30 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             if grid.tk > 1 {
                 let root = &mut plans[tile_of(i, j, 0) as usize];
                 let cbytes = nbt * cblk;
-                root.buffers.push(zero("R", (grid.tk - 1) * cbytes, MemKind::Exchange));
+                root.buffers.push(zero("R", (grid.tk - 1) * cbytes + SLACK as u64, MemKind::Exchange));
+                // Each worker's rpt covers at most 4096 chunks: split into rounds.
                 let chunks = cbytes / 8;
+                let rounds = chunks.div_ceil(WORKERS as u64 * 4096);
                 for l in 1..grid.tk {
-                    let mut words = Vec::new();
-                    for w in 0..WORKERS as u64 {
-                        let (c0, c1) = split(chunks, WORKERS as u64, w);
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Sym("R".into(), ((l - 1) * cbytes + c0 * 8) as u32));
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Const((c1 - c0) as u32));
+                    for round in 0..rounds {
+                        let (r0, r1) = split(chunks, rounds, round);
+                        let mut words = Vec::new();
+                        for w in 0..WORKERS as u64 {
+                            let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
+                            let (c0, c1) = (r0 + c0, r0 + c1);
+                            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                            words.push(Word::Sym("R".into(), ((l - 1) * cbytes + c0 * 8) as u32));
+                            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                            words.push(Word::Const((c1 - c0) as u32));
+                        }
+                        root.buffers.push(Buffer {
+                            name: format!("r{l}_{round}"),
+                            bytes: 96,
+                            align: 16,
+                            kind: MemKind::Descriptor,
+                            init: words,
+                        });
                     }
-                    root.buffers.push(Buffer { name: format!("r{l}"), bytes: 96, align: 16, kind: MemKind::Descriptor, init: words });
                 }
             }
         }
@@ -301,10 +313,10 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         for (t, p) in plans.iter_mut().enumerate() {
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
-            if p.buffers.iter().any(|b| b.name == "R") {
-                for l in 1..grid.tk {
-                    p.steps.push(Step::RunAll(add, format!("r{l}")));
-                }
+            let reductions: Vec<String> =
+                p.buffers.iter().filter(|b| b.name.starts_with('r') && b.name.contains('_')).map(|b| b.name.clone()).collect();
+            for name in reductions {
+                p.steps.push(Step::RunAll(add, name));
             }
         }
     }
@@ -326,6 +338,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         ],
         cost,
         tiles_used: used as u32,
+        grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
         mapping: vec![format!(
             "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
             mm.m, mm.k, mm.n, grid.tm, grid.tn, grid.tk, mm.acc.name()

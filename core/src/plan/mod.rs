@@ -129,6 +129,8 @@ pub struct Plan {
     pub tiles_used: u32,
     /// Human-readable mapping per op, for the log.
     pub mapping: Vec<String>,
+    /// Per op, the grid `[tm, tn, tk]`.
+    pub grids: Vec<[u32; 3]>,
 }
 
 impl Plan {
@@ -172,6 +174,8 @@ impl core::fmt::Display for PlanError {
 pub struct PlanOptions {
     /// Tiles of the target.
     pub tiles: usize,
+    /// Force a grid `[tm, tn, tk]` instead of choosing one (tests, experiments).
+    pub grid: Option<[u32; 3]>,
 }
 
 /// Plan a graph. This version supports graphs of one matmul.
@@ -193,8 +197,13 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 )));
             }
             let mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
-            let grid = matmul::choose_grid(&mm, opts.tiles);
+            let grid = match opts.grid {
+                Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
+                None => matmul::choose_grid(&mm, opts.tiles),
+            };
             matmul::plan(&mm, grid, opts.tiles)
         }
     }
 }
+
+impl core::error::Error for PlanError {}

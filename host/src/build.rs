@@ -1,0 +1,205 @@
+//! `build`: model → plan → tile code → linked images → package (docs/architecture.md).
+//! Phases are tracing spans named as in the seed log; each ends with
+//! `package build phase finished phase=… elapsed_ms=… success=…`.
+
+use crate::model::{self, ModelError};
+use crate::package::Package;
+use ipu_core::plan::{self, PlanOptions};
+use ipu_linker::{link, LinkError, Linked};
+use ipu_schema::{Binding, BuildInfo, Call, HostExchange, PlanSummary, Slice, Symbol};
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tracing::{info, info_span};
+
+/// Build settings.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Target tiles.
+    pub tiles: usize,
+    /// Host threads for the parallel phases (0 = all cores).
+    pub threads: usize,
+    /// Force a tile grid `[tm, tn, tk]` for the (single) op.
+    pub grid: Option<[u32; 3]>,
+}
+
+/// What a build produced.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The package.
+    pub package: Package,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+    /// Milliseconds per phase, in order.
+    pub timings: Vec<(&'static str, u128)>,
+}
+
+/// Build failures.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The model file.
+    #[error("{0}")]
+    Model(#[from] ModelError),
+    /// Planning.
+    #[error("{file}: {err}")]
+    Plan {
+        /// Model file.
+        file: String,
+        /// Error.
+        err: plan::PlanError,
+    },
+    /// Linking.
+    #[error("{0}")]
+    Link(#[from] LinkError),
+    /// Settings.
+    #[error("{0}")]
+    Options(String),
+}
+
+/// Configuration writes replayed before loading: enable the host sync groups GS1 and GS2
+/// (FS §8: HSP_GS1_CONTROL 0x302C, HSP_GS2_CONTROL 0x3030).
+const CONFIG_WRITES: [(u32, u32); 2] = [(0x302C, 1), (0x3030, 1)];
+
+fn phase<T>(name: &'static str, timings: &mut Vec<(&'static str, u128)>, f: impl FnOnce() -> T) -> T {
+    let span = info_span!("ipu_codegen.package.phase", phase = name);
+    let _g = span.enter();
+    let start = Instant::now();
+    let out = f();
+    let ms = start.elapsed().as_millis();
+    info!(phase = name, elapsed_ms = ms as u64, success = true, "package build phase finished");
+    timings.push((name, ms));
+    out
+}
+
+/// Build a package from model text. `file` names the model in messages.
+pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildError> {
+    if opts.tiles == 0 || opts.tiles > ipu_core::target::NUM_TILES {
+        return Err(BuildError::Options(format!("--tiles {} not in 1..=1472", opts.tiles)));
+    }
+    let graph = model::parse(file, src)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .build()
+        .map_err(|e| BuildError::Options(format!("thread pool: {e}")))?;
+    let span = info_span!("ipu_codegen.package.build", tile_count = opts.tiles, operations = graph.ops.len());
+    let _g = span.enter();
+    let mut timings = Vec::new();
+    phase("compile_runtime", &mut timings, || ());
+    let outer = info_span!("ipu_codegen.package.phase", phase = "plan_package");
+    let plan_start = Instant::now();
+    let og = outer.enter();
+    let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid: opts.grid }))
+        .map_err(|err| BuildError::Plan { file: file.into(), err })?;
+    for m in &plan.mapping {
+        info!("screened tile mappings {m}");
+    }
+    let codes: Vec<String> =
+        phase("emit_tile_code", &mut timings, || pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect()));
+    // Identical tiles (all idle tiles, for one) are linked once.
+    let linked: Vec<Linked> = phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
+        let mut first: BTreeMap<(String, String), usize> = BTreeMap::new();
+        let mut unique = Vec::new();
+        let mut index = Vec::with_capacity(codes.len());
+        for (t, code) in codes.iter().enumerate() {
+            let key = (code.clone(), format!("{:?}", plan.tiles[t].buffers));
+            let u = *first.entry(key).or_insert_with(|| {
+                unique.push(t);
+                unique.len() - 1
+            });
+            index.push(u);
+        }
+        let done: Vec<Result<Linked, LinkError>> =
+            pool.install(|| unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect());
+        let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
+        Ok((0..codes.len())
+            .map(|t| {
+                let mut l = done[index[t]].clone();
+                l.image.tile = t as u16;
+                l
+            })
+            .collect())
+    })?;
+    let code_max = linked.iter().map(|l| l.memory.code).max().unwrap_or(0);
+    info!(
+        host_code_base = format!("{:#x}", ipu_core::target::HOST_AREA_BASE),
+        generated_code_bytes = code_max,
+        executable_ranges = format!("[({:#x}, {:#x})]", ipu_core::target::TILE_MEM_BASE, ipu_core::target::EXEC_REGION_END),
+        "placing generated tile programs"
+    );
+    let bindings = phase("place_storage", &mut timings, || resolve_bindings(&graph, &plan, &linked));
+    info!(final_cycles = plan.cost.cycles, final_exchange = plan.cost.exchange, "costed final placed program");
+    drop(og);
+    let ms = plan_start.elapsed().as_millis();
+    info!(phase = "plan_package", elapsed_ms = ms as u64, success = true, "package build phase finished");
+    timings.push(("plan_package", ms));
+    let package = Package {
+        tile_count: opts.tiles as u32,
+        tiles: linked.iter().map(|l| l.image.clone()).collect(),
+        config: CONFIG_WRITES.to_vec(),
+        bindings,
+        host: HostExchange {
+            page_bytes: ipu_core::target::HOST_PAGE_BYTES as u32,
+            mailbox: ipu_runtime_tile::runtime::MAILBOX_ADDR,
+            calls: vec![Call { name: "run".into(), command: 0, phases: plan.phases() }],
+        },
+        symbols: vec![Symbol { name: "mailbox".into(), tile: u16::MAX, addr: ipu_runtime_tile::runtime::MAILBOX_ADDR }],
+        info: BuildInfo {
+            compiler: env!("CARGO_PKG_VERSION").into(),
+            model: graph.name.clone(),
+            model_digest: Sha256::digest(src.as_bytes()).into(),
+            target: format!("mk2-{}", opts.tiles),
+            tiles_used: plan.tiles_used,
+            model_source: src.to_string(),
+        },
+        plan: PlanSummary {
+            predicted_cycles: plan.cost.cycles,
+            predicted_exchange_cycles: plan.cost.exchange,
+            baseline_cycles: plan.cost.cycles,
+            search_attempts: 0,
+            memory: linked.iter().map(|l| l.memory).collect(),
+            grids: plan.grids.clone(),
+        },
+    };
+    info!(tiles = opts.tiles, "writing application package");
+    let bytes = package.to_bytes();
+    let sha256 = hex(&Sha256::digest(&bytes));
+    Ok(Built { package, bytes, sha256, timings })
+}
+
+fn resolve_bindings(g: &ipu_core::graph::Graph, plan: &plan::Plan, linked: &[Linked]) -> Vec<Binding> {
+    plan.bindings
+        .iter()
+        .map(|b| {
+            let t = g.tensor(b.tensor);
+            Binding {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                direction: b.direction,
+                transpose: b.transpose,
+                scale: 0,
+                slices: b
+                    .slices
+                    .iter()
+                    .map(|s| Slice {
+                        tile: s.tile,
+                        addr: linked[s.tile as usize].symbols[&s.buffer] + s.offset,
+                        tensor_offset: s.tensor_offset,
+                        rows: s.rows,
+                        row_bytes: s.row_bytes,
+                        tensor_stride: s.tensor_stride,
+                        tile_stride: s.tile_stride,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

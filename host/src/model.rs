@@ -1,0 +1,182 @@
+//! Model files (TOML, docs/model-format.md) → graph IR, with errors that name file, line, op,
+//! field and tensor.
+
+use ipu_core::graph::{matmul_dims, Graph, Op, OpKind, Tensor, TensorId};
+use ipu_schema::DType;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use toml::Spanned;
+
+/// A problem in a model file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelError {
+    /// File name as given.
+    pub file: String,
+    /// 1-based line (0 if unknown).
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: Spanned<String>,
+    outputs: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    inputs: BTreeMap<String, Spanned<RawInput>>,
+    #[serde(default)]
+    ops: Vec<Spanned<RawOp>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInput {
+    dtype: Spanned<String>,
+    shape: Spanned<Vec<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOp {
+    op: Spanned<String>,
+    a: Option<Spanned<String>>,
+    b: Option<Spanned<String>>,
+    input: Option<Spanned<String>>,
+    output: Option<Spanned<String>>,
+    dtype: Option<Spanned<String>>,
+    accumulate: Option<Spanned<String>>,
+    transpose_a: Option<Spanned<bool>>,
+    transpose_b: Option<Spanned<bool>>,
+    alpha: Option<Spanned<f64>>,
+    scale: Option<Spanned<i64>>,
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    src: &'a str,
+}
+
+impl Ctx<'_> {
+    fn line(&self, offset: usize) -> usize {
+        self.src[..offset.min(self.src.len())].matches('\n').count() + 1
+    }
+    fn err<T>(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> Result<T, ModelError> {
+        Err(ModelError { file: self.file.into(), line: self.line(span.start), message: message.into() })
+    }
+}
+
+/// Parse a dtype name.
+pub fn parse_dtype(s: &str) -> Option<DType> {
+    Some(match s {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "f8e4m3" => DType::F8E4M3,
+        "f8e5m2" => DType::F8E5M2,
+        _ => return None,
+    })
+}
+
+/// Parse and check a model. `file` is used in messages.
+pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
+    let cx = Ctx { file, src };
+    let raw: RawModel = toml::from_str(src).map_err(|e| ModelError {
+        file: file.into(),
+        line: e.span().map(|s| cx.line(s.start)).unwrap_or(0),
+        message: e.message().trim().to_string(),
+    })?;
+    let mut g = Graph { name: raw.name.get_ref().clone(), tensors: vec![], inputs: vec![], outputs: vec![], ops: vec![] };
+    for (name, input) in &raw.inputs {
+        let inp = input.get_ref();
+        let dtype = match parse_dtype(inp.dtype.get_ref()) {
+            Some(d @ (DType::F16 | DType::F32)) => d,
+            Some(_) => return cx.err(inp.dtype.span(), format!("input `{name}`: FP8 inputs are not supported (cast f16 inputs instead)")),
+            None => return cx.err(inp.dtype.span(), format!("input `{name}`: unknown dtype `{}` (expected f32 or f16)", inp.dtype.get_ref())),
+        };
+        let shape = inp.shape.get_ref();
+        if shape.is_empty() || shape.iter().any(|d| *d <= 0) {
+            return cx.err(inp.shape.span(), format!("input `{name}`: shape must be a non-empty list of positive integers"));
+        }
+        g.tensors.push(Tensor { name: name.clone(), dtype, shape: shape.iter().map(|d| *d as u64).collect() });
+        g.inputs.push(TensorId(g.tensors.len() as u32 - 1));
+    }
+    for (i, sop) in raw.ops.iter().enumerate() {
+        let op = sop.get_ref();
+        let kind = op.op.get_ref().as_str();
+        let here = |field: &str| format!("op {i} ({kind}): field `{field}`");
+        let tensor = |f: &Option<Spanned<String>>, field: &str, g: &Graph| -> Result<TensorId, ModelError> {
+            let Some(s) = f else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`")) };
+            g.find(s.get_ref()).ok_or(()).or_else(|_| cx.err(s.span(), format!("{}: unknown tensor `{}`", here(field), s.get_ref())))
+        };
+        let dtype = |f: &Option<Spanned<String>>, field: &str| -> Result<DType, ModelError> {
+            let Some(s) = f else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`")) };
+            parse_dtype(s.get_ref()).ok_or(()).or_else(|_| cx.err(s.span(), format!("{}: unknown dtype `{}`", here(field), s.get_ref())))
+        };
+        let reject = |f: bool, field: &str, span: std::ops::Range<usize>| -> Result<(), ModelError> {
+            if f { cx.err(span, format!("op {i} ({kind}): field `{field}` does not apply to this op")) } else { Ok(()) }
+        };
+        let Some(out) = &op.output else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `output`")) };
+        if g.find(out.get_ref()).is_some() {
+            return cx.err(out.span(), format!("{}: tensor `{}` is already defined", here("output"), out.get_ref()));
+        }
+        match kind {
+            "matmul" => {
+                reject(op.input.is_some(), "input", sop.span())?;
+                reject(op.scale.is_some(), "scale", sop.span())?;
+                reject(op.alpha.is_some(), "alpha", sop.span())?;
+                let a = tensor(&op.a, "a", &g)?;
+                let b = tensor(&op.b, "b", &g)?;
+                let out_dtype = dtype(&op.dtype, "dtype")?;
+                let acc = dtype(&op.accumulate, "accumulate")?;
+                let ta = op.transpose_a.as_ref().map(|s| *s.get_ref()).unwrap_or(false);
+                let tb = op.transpose_b.as_ref().map(|s| *s.get_ref()).unwrap_or(false);
+                let (at, bt) = (g.tensor(a), g.tensor(b));
+                for (t, field, s) in [(at, "a", &op.a), (bt, "b", &op.b)] {
+                    if t.dtype != DType::F16 {
+                        return cx.err(s.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                            "{}: unsupported dtype combination: matmul operand `{}` is {}, the AMP path takes f16",
+                            here(field), t.name, t.dtype.name()));
+                    }
+                }
+                if !matches!(acc, DType::F16 | DType::F32) {
+                    return cx.err(op.accumulate.as_ref().unwrap().span(), format!("{}: accumulate must be f16 or f32", here("accumulate")));
+                }
+                if out_dtype != acc {
+                    return cx.err(op.dtype.as_ref().unwrap().span(), format!(
+                        "{}: unsupported dtype combination: output {} with accumulate {} (this version needs them equal)",
+                        here("dtype"), out_dtype.name(), acc.name()));
+                }
+                let Some((m, k, n)) = matmul_dims(at, bt, ta, tb) else {
+                    return cx.err(op.b.as_ref().unwrap().span(), format!(
+                        "op {i} (matmul): shape mismatch: a {:?}{} · b {:?}{} (need rank 2 and equal K)",
+                        at.shape, if ta { "ᵀ" } else { "" }, bt.shape, if tb { "ᵀ" } else { "" }));
+                };
+                let _ = k;
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: out_dtype, shape: vec![m, n] });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::MatMul { a, b, transpose_a: ta, transpose_b: tb, accumulate: acc }, output });
+            }
+            other => return cx.err(op.op.span(), format!("op {i}: unknown op `{other}` (supported: matmul)")),
+        }
+    }
+    for o in raw.outputs.get_ref() {
+        match g.find(o.get_ref()) {
+            Some(t) if !g.inputs.contains(&t) => g.outputs.push(t),
+            Some(_) => return cx.err(o.span(), format!("output `{}` is a model input, not produced by an op", o.get_ref())),
+            None => return cx.err(o.span(), format!("output `{}` is not produced by any op", o.get_ref())),
+        }
+    }
+    if g.outputs.is_empty() {
+        return cx.err(raw.outputs.span(), "`outputs` must name at least one tensor");
+    }
+    Ok(g)
+}

@@ -1,0 +1,61 @@
+//! `.npy` (v1.0, C order) tensors through `npyz`: f32 as `<f4`, f16 as `<f2`, FP8 as `|u1` bit
+//! patterns. Reading refuses any header whose data would not fit in the file, before allocating.
+
+use crate::reference::HostTensor;
+use half::f16;
+use ipu_schema::DType;
+use npyz::WriterBuilder;
+use std::path::Path;
+
+/// Read a tensor.
+pub fn read(path: &Path) -> Result<HostTensor, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let err = |m: String| format!("{}: {m}", path.display());
+    let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| err(format!("not a .npy file: {e}")))?;
+    if file.order() != npyz::Order::C {
+        return Err(err("Fortran-order arrays are not supported; save with C order".into()));
+    }
+    let shape = file.shape().to_vec();
+    let descr = file.dtype().descr();
+    let (dtype, size) = match descr.as_str() {
+        "<f4" => (DType::F32, 4),
+        "<f2" => (DType::F16, 2),
+        "|u1" => (DType::F8E4M3, 1),
+        other => return Err(err(format!("unsupported dtype `{other}` (expected <f4, <f2 or |u1)"))),
+    };
+    let elems = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| err("shape overflows".into()))?;
+    if elems.saturating_mul(size) > bytes.len() as u64 {
+        return Err(err(format!("header declares {elems} elements but the file has only {} bytes", bytes.len())));
+    }
+    let data: Vec<f32> = match dtype {
+        DType::F32 => file.into_vec::<f32>().map_err(|e| err(e.to_string()))?,
+        DType::F16 => file.into_vec::<f16>().map_err(|e| err(e.to_string()))?.iter().map(|h| h.to_f32()).collect(),
+        _ => file.into_vec::<u8>().map_err(|e| err(e.to_string()))?.iter().map(|b| *b as f32).collect(),
+    };
+    if data.len() as u64 != elems {
+        return Err(err(format!("expected {elems} elements, read {}", data.len())));
+    }
+    Ok(HostTensor { dtype, shape, data })
+}
+
+/// Encode a tensor as `.npy` bytes in its dtype.
+pub fn to_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let shape = &t.shape;
+    let r = match t.dtype {
+        DType::F32 => {
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            w.extend(t.data.iter().copied()).and_then(|_| w.finish())
+        }
+        DType::F16 => {
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            w.extend(t.data.iter().map(|x| f16::from_f32(*x))).and_then(|_| w.finish())
+        }
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            w.extend(t.data.iter().map(|x| *x as u8)).and_then(|_| w.finish())
+        }
+    };
+    r.map_err(|e| e.to_string())?;
+    Ok(out)
+}

@@ -1,0 +1,167 @@
+//! Application packages: assemble the sections, and read them back with every check of
+//! `docs/format.md` before anything reaches a device.
+
+use ipu_core::target::{in_tile_memory, EXEC_REGION_END, TILE_MEM_BASE};
+use ipu_schema::{
+    decode, encode, read_container, write_container, Binding, BuildInfo, HostExchange, PlanSummary, SectionKind,
+    Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
+};
+
+/// A decoded, validated package.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Package {
+    /// Tiles of the target.
+    pub tile_count: u32,
+    /// One image per tile, in tile order.
+    pub tiles: Vec<TileImage>,
+    /// Configuration register writes.
+    pub config: Vec<(u32, u32)>,
+    /// Tensor bindings.
+    pub bindings: Vec<Binding>,
+    /// Host exchange.
+    pub host: HostExchange,
+    /// Symbols.
+    pub symbols: Vec<Symbol>,
+    /// Build information.
+    pub info: BuildInfo,
+    /// Plan figures.
+    pub plan: PlanSummary,
+}
+
+/// Why a package is rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum PackageError {
+    /// The container (header, table, checksums).
+    #[error("{0}")]
+    Container(ipu_schema::ContainerError),
+    /// A section body does not decode.
+    #[error("section {0}: body does not decode ({1})")]
+    Decode(&'static str, String),
+    /// A required section is missing.
+    #[error("section {0} is missing")]
+    Missing(&'static str),
+    /// A semantic check failed.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Package {
+    /// Serialise (deterministic).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let bodies = vec![
+            (SectionKind::TileImages, encode(&self.tiles)),
+            (SectionKind::ConfigWrites, encode(&self.config)),
+            (SectionKind::Bindings, encode(&self.bindings)),
+            (SectionKind::HostExchange, encode(&self.host)),
+            (SectionKind::Symbols, encode(&self.symbols)),
+            (SectionKind::BuildInfo, encode(&self.info)),
+            (SectionKind::Plan, encode(&self.plan)),
+        ];
+        write_container(self.tile_count, &bodies)
+    }
+
+    /// Parse and validate.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, PackageError> {
+        let (header, sections) = read_container(bytes).map_err(PackageError::Container)?;
+        let body = |k: SectionKind| {
+            sections.iter().find(|(kind, _)| *kind == k).map(|(_, b)| *b).ok_or(PackageError::Missing(k.name()))
+        };
+        fn dec<'a, T: serde::Deserialize<'a>>(k: SectionKind, b: &'a [u8]) -> Result<T, PackageError> {
+            decode(b).map_err(|e| PackageError::Decode(k.name(), e.to_string()))
+        }
+        let p = Package {
+            tile_count: header.tile_count.get(),
+            tiles: dec(SectionKind::TileImages, body(SectionKind::TileImages)?)?,
+            config: dec(SectionKind::ConfigWrites, body(SectionKind::ConfigWrites)?)?,
+            bindings: dec(SectionKind::Bindings, body(SectionKind::Bindings)?)?,
+            host: dec(SectionKind::HostExchange, body(SectionKind::HostExchange)?)?,
+            symbols: dec(SectionKind::Symbols, body(SectionKind::Symbols)?)?,
+            info: dec(SectionKind::BuildInfo, body(SectionKind::BuildInfo)?)?,
+            plan: dec(SectionKind::Plan, body(SectionKind::Plan)?)?,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    fn validate(&self) -> Result<(), PackageError> {
+        let bad = |s: String| Err(PackageError::Invalid(s));
+        if self.tiles.len() != self.tile_count as usize {
+            return bad(format!("{} tile images for a {}-tile target", self.tiles.len(), self.tile_count));
+        }
+        for (i, img) in self.tiles.iter().enumerate() {
+            let t = img.tile;
+            if t as usize != i {
+                return bad(format!("tile image {i} is for tile {t} (images must be in tile order, one per tile)"));
+            }
+            let mut prev_end = 0u64;
+            let mut entry_ok = false;
+            for (k, s) in img.segments.iter().enumerate() {
+                let what = format!("tile {t} segment {k} at {:#x}", s.addr);
+                let zero = s.flags & SEG_ZERO != 0;
+                if s.flags & !(SEG_EXEC | SEG_DATA | SEG_ZERO) != 0 || (s.flags & SEG_EXEC != 0) == (s.flags & SEG_DATA != 0) {
+                    return bad(format!("{what}: invalid flags {:#x}", s.flags));
+                }
+                if zero && (s.flags & SEG_EXEC != 0 || !s.bytes.is_empty()) {
+                    return bad(format!("{what}: zero-filled segments are data without bytes"));
+                }
+                if !zero && s.bytes.len() != s.len as usize {
+                    return bad(format!("{what}: length {} but {} bytes", s.len, s.bytes.len()));
+                }
+                if !in_tile_memory(s.addr, s.len) {
+                    return bad(format!("{what}: {} bytes outside tile memory 0x4c000..0xe8000", s.len));
+                }
+                if s.flags & SEG_EXEC != 0 && s.addr as u64 + s.len as u64 > EXEC_REGION_END as u64 {
+                    return bad(format!("{what}: code outside the executable region 0x4c000..0x80000"));
+                }
+                if (s.addr as u64) < prev_end {
+                    return bad(format!("{what}: overlaps the previous segment (segments must be sorted and disjoint)"));
+                }
+                prev_end = s.addr as u64 + s.len as u64;
+                if s.flags & SEG_EXEC != 0 && (s.addr..s.addr + s.len).contains(&img.entry) {
+                    entry_ok = true;
+                }
+            }
+            if !entry_ok {
+                return bad(format!("tile {t}: entry {:#x} is not inside a code segment", img.entry));
+            }
+        }
+        for b in &self.bindings {
+            let size = b.bytes();
+            if b.shape.is_empty() || b.shape.contains(&0) {
+                return bad(format!("binding `{}`: empty shape", b.name));
+            }
+            for (k, s) in b.slices.iter().enumerate() {
+                let what = format!("binding `{}` slice {k}", b.name);
+                if s.tile as u32 >= self.tile_count {
+                    return bad(format!("{what}: tile {} out of range", s.tile));
+                }
+                if s.rows == 0 || s.row_bytes == 0 {
+                    continue;
+                }
+                let last_tile = s.addr as u64 + (s.rows as u64 - 1) * s.tile_stride as u64 + s.row_bytes as u64;
+                if s.addr < TILE_MEM_BASE || last_tile > ipu_core::target::TILE_MEM_END as u64 {
+                    return bad(format!("{what}: tile range {:#x}..{last_tile:#x} outside tile memory", s.addr));
+                }
+                let last = s.tensor_offset + (s.rows as u64 - 1) * s.tensor_stride + s.row_bytes as u64;
+                if last > size {
+                    return bad(format!("{what}: reaches byte {last} of a {size}-byte tensor"));
+                }
+            }
+        }
+        if !in_tile_memory(self.host.mailbox, 4) || self.host.mailbox % 4 != 0 {
+            return bad(format!("host mailbox {:#x} not a word of tile memory", self.host.mailbox));
+        }
+        if !self.host.calls.iter().any(|c| c.name == "run") {
+            return bad("host exchange has no `run` call".into());
+        }
+        if self.plan.memory.len() != self.tile_count as usize {
+            return bad("plan memory table does not cover every tile".into());
+        }
+        Ok(())
+    }
+
+    /// The `run` call.
+    pub fn run_call(&self) -> &ipu_schema::Call {
+        self.host.calls.iter().find(|c| c.name == "run").expect("validated")
+    }
+}

@@ -1,0 +1,112 @@
+//! The supervisor runtime of every tile: the host-exchange command loop around the `run` call,
+//! and the code of each step of a tile plan (docs/runtime.md).
+
+use alloc::collections::BTreeSet;
+use alloc::string::String;
+use core::fmt::Write;
+use ipu_core::plan::exchange::Event;
+use ipu_core::plan::{Step, TilePlan};
+use ipu_core::target::{csr, SEND_MAX_WORDS};
+
+/// Name of the host mailbox (command word of the next call; 0 = `run`), at the start of the host
+/// area on every tile.
+pub const MAILBOX: &str = "mailbox";
+/// Address of the mailbox.
+pub const MAILBOX_ADDR: u32 = ipu_core::target::HOST_AREA_BASE;
+
+/// Largest `delay` operand (19-bit field, FS §4).
+const MAX_DELAY: u64 = 1 << 19;
+/// Largest `delaypic` delay (7 bits) and `delayxpic` delay (12 bits).
+const MAX_PIC_DELAY: u64 = 127;
+const MAX_XPIC_DELAY: u64 = 4095;
+
+/// Tracks the supervisor's issue cycle inside an exchange superstep.
+struct Timed<'a> {
+    out: &'a mut String,
+    t: u64,
+}
+
+impl Timed<'_> {
+    fn line(&mut self, s: core::fmt::Arguments<'_>, cost: u64) {
+        let _ = self.out.write_fmt(s);
+        self.out.push('\n');
+        self.t += cost;
+    }
+    /// Delay so that the next instruction issues at `until` (or later if `until` has passed).
+    fn wait_until(&mut self, until: u64) {
+        while self.t < until {
+            let n = (until - self.t).min(MAX_DELAY);
+            self.line(format_args!("    delay {n}"), n);
+        }
+    }
+    /// Emit a delayed-effect instruction (`delaypic`/`delayxpic`) whose effect is at `at`.
+    fn effect_at(&mut self, at: u64, max: u64, f: impl Fn(u64) -> String) {
+        if at > self.t + max {
+            self.wait_until(at - max);
+        }
+        let d = at - self.t;
+        let text = f(d);
+        self.line(format_args!("    {text}"), d + 1);
+    }
+}
+
+fn exchange(out: &mut String, events: &[Event]) {
+    let mut tm = Timed { out, t: 0 };
+    for e in events {
+        match e {
+            Event::Expect(words) => {
+                tm.line(format_args!("    setzi $m1, {words}"), 1);
+                tm.line(format_args!("    put {:#x}, $m1", csr::INCOMING_DCOUNT), 1);
+            }
+            Event::Pointer { at, buffer, offset } => {
+                tm.effect_at(*at, MAX_PIC_DELAY, |d| alloc::format!("delaypic {d}, 0, {buffer}+{offset}"));
+            }
+            Event::Mux { at, source } => {
+                tm.effect_at(*at, MAX_XPIC_DELAY, |d| alloc::format!("delayxpic {d}, 0, {source}"));
+            }
+            Event::Send { at, buffer, offset, words } => {
+                tm.wait_until(*at);
+                let mut done = 0;
+                while done < *words {
+                    let n = (*words - done).min(SEND_MAX_WORDS);
+                    tm.line(format_args!("    send {n}, {buffer}+{}, 1", offset + 4 * done), n as u64);
+                    done += n;
+                }
+            }
+            Event::Drain { until } => tm.wait_until(*until),
+        }
+    }
+    tm.line(format_args!("    sync 3"), 1);
+}
+
+/// The complete code text of one tile (symbols of its buffers are defined by the linker).
+pub fn tile_code(plan: &TilePlan) -> String {
+    let mut s = String::new();
+    s.push_str(
+        ".equ mailbox, 0xe7b00\nmain:\n    sync 15\ncmd:\n    setzi $m1, mailbox\n    ld32 $m2, $m1, $m15, 0\n    brnz $m2, stop\n    \
+         call $m10, phases\n    sync 15\n    bri cmd\nstop:\n    halt\nphases:\n",
+    );
+    let mut kernels = BTreeSet::new();
+    for step in &plan.steps {
+        match step {
+            Step::LoadWeights(buf, off) => {
+                let _ = write!(s, "    setzi $m1, {buf}+{off}\n    ldcwei $m1\n");
+            }
+            Step::RunAll(k, desc) => {
+                kernels.insert(*k);
+                let _ = write!(
+                    s,
+                    "    setzi $m0, {}\n    setzi $m1, {desc}\n    runall $m0, $m1\n    sync 2\n",
+                    crate::kernels::label(*k)
+                );
+            }
+            Step::Sync => s.push_str("    sync 3\n"),
+            Step::Exchange(events) => exchange(&mut s, events),
+        }
+    }
+    s.push_str("    br $m10\n");
+    for k in kernels {
+        s.push_str(&crate::kernels::text(k));
+    }
+    s
+}
