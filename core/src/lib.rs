@@ -8,12 +8,13 @@
 //! plans grow with tiles × operations (1472 tiles, hundreds of ops) and fixed worst-case buffers
 //! would be megabytes of static memory; see `docs/architecture.md`.
 #![no_std]
+#![forbid(unsafe_code)]
 extern crate alloc;
 
 pub mod fp8;
 pub mod graph;
-pub mod plan;
 pub mod isa;
+pub mod plan;
 pub mod target;
 pub mod tile;
 pub mod topology;

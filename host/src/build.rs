@@ -91,46 +91,56 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     let outer = info_span!("ipu_codegen.package.phase", phase = "plan_package");
     let plan_start = Instant::now();
     let og = outer.enter();
-    let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid: opts.grid }))
-        .map_err(|err| BuildError::Plan { file: file.into(), err })?;
+    let plan = phase("plan_kernels", &mut timings, || {
+        plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid: opts.grid })
+    })
+    .map_err(|err| BuildError::Plan { file: file.into(), err })?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }
-    let codes: Vec<String> =
-        phase("emit_tile_code", &mut timings, || pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect()));
+    let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
+        pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())
+    });
     // Identical tiles (all idle tiles, for one) are linked once.
-    let linked: Vec<Linked> = phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
-        let mut first: BTreeMap<(String, String), usize> = BTreeMap::new();
-        let mut unique = Vec::new();
-        let mut index = Vec::with_capacity(codes.len());
-        for (t, code) in codes.iter().enumerate() {
-            let key = (code.clone(), format!("{:?}", plan.tiles[t].buffers));
-            let u = *first.entry(key).or_insert_with(|| {
-                unique.push(t);
-                unique.len() - 1
+    let linked: Vec<Linked> =
+        phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
+            let mut first: BTreeMap<(String, String), usize> = BTreeMap::new();
+            let mut unique = Vec::new();
+            let mut index = Vec::with_capacity(codes.len());
+            for (t, code) in codes.iter().enumerate() {
+                let key = (code.clone(), format!("{:?}", plan.tiles[t].buffers));
+                let u = *first.entry(key).or_insert_with(|| {
+                    unique.push(t);
+                    unique.len() - 1
+                });
+                index.push(u);
+            }
+            let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
+                unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
             });
-            index.push(u);
-        }
-        let done: Vec<Result<Linked, LinkError>> =
-            pool.install(|| unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect());
-        let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
-        Ok((0..codes.len())
-            .map(|t| {
-                let mut l = done[index[t]].clone();
-                l.image.tile = t as u16;
-                l
-            })
-            .collect())
-    })?;
+            let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
+            Ok((0..codes.len())
+                .map(|t| {
+                    let mut l = done[index[t]].clone();
+                    l.image.tile = t as u16;
+                    l
+                })
+                .collect())
+        })?;
     let code_max = linked.iter().map(|l| l.memory.code).max().unwrap_or(0);
     info!(
         host_code_base = format!("{:#x}", ipu_core::target::HOST_AREA_BASE),
         generated_code_bytes = code_max,
-        executable_ranges = format!("[({:#x}, {:#x})]", ipu_core::target::TILE_MEM_BASE, ipu_core::target::EXEC_REGION_END),
+        executable_ranges =
+            format!("[({:#x}, {:#x})]", ipu_core::target::TILE_MEM_BASE, ipu_core::target::EXEC_REGION_END),
         "placing generated tile programs"
     );
     let bindings = phase("place_storage", &mut timings, || resolve_bindings(&graph, &plan, &linked));
-    info!(final_cycles = plan.cost.cycles, final_exchange = plan.cost.exchange, "costed final placed program");
+    info!(
+        final_cycles = plan.cost.cycles,
+        final_exchange = plan.cost.exchange,
+        "costed final placed program"
+    );
     drop(og);
     let ms = plan_start.elapsed().as_millis();
     info!(phase = "plan_package", elapsed_ms = ms as u64, success = true, "package build phase finished");
@@ -145,7 +155,11 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             mailbox: ipu_runtime_tile::runtime::MAILBOX_ADDR,
             calls: vec![Call { name: "run".into(), command: 0, phases: plan.phases() }],
         },
-        symbols: vec![Symbol { name: "mailbox".into(), tile: u16::MAX, addr: ipu_runtime_tile::runtime::MAILBOX_ADDR }],
+        symbols: vec![Symbol {
+            name: "mailbox".into(),
+            tile: u16::MAX,
+            addr: ipu_runtime_tile::runtime::MAILBOX_ADDR,
+        }],
         info: BuildInfo {
             compiler: env!("CARGO_PKG_VERSION").into(),
             model: graph.name.clone(),

@@ -4,12 +4,16 @@
 pub mod atomic;
 pub mod build;
 pub mod device;
+pub mod devices;
+pub mod inspect;
 pub mod lock;
+pub mod model;
 pub mod npy;
 pub mod package;
-pub mod reference;
-pub mod model;
+pub mod pcie;
 pub mod program;
+pub mod reference;
+pub mod session;
 pub mod sim;
 
 pub use device::{Device, DeviceError, ExchangeFault, RunReport, StopState};

@@ -42,7 +42,11 @@ fn holder(file: &mut File) -> String {
     let mut s = String::new();
     let _ = file.rewind().and_then(|_| file.read_to_string(&mut s));
     let s = s.trim();
-    if s.is_empty() { "another process".into() } else { s.into() }
+    if s.is_empty() {
+        "another process".into()
+    } else {
+        s.into()
+    }
 }
 
 /// Take the lock, waiting (with a message) if `wait`, else failing with [`LockError::Busy`].

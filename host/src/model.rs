@@ -94,19 +94,42 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         line: e.span().map(|s| cx.line(s.start)).unwrap_or(0),
         message: e.message().trim().to_string(),
     })?;
-    let mut g = Graph { name: raw.name.get_ref().clone(), tensors: vec![], inputs: vec![], outputs: vec![], ops: vec![] };
+    let mut g = Graph {
+        name: raw.name.get_ref().clone(),
+        tensors: vec![],
+        inputs: vec![],
+        outputs: vec![],
+        ops: vec![],
+    };
     for (name, input) in &raw.inputs {
         let inp = input.get_ref();
         let dtype = match parse_dtype(inp.dtype.get_ref()) {
             Some(d @ (DType::F16 | DType::F32)) => d,
-            Some(_) => return cx.err(inp.dtype.span(), format!("input `{name}`: FP8 inputs are not supported (cast f16 inputs instead)")),
-            None => return cx.err(inp.dtype.span(), format!("input `{name}`: unknown dtype `{}` (expected f32 or f16)", inp.dtype.get_ref())),
+            Some(_) => {
+                return cx.err(
+                    inp.dtype.span(),
+                    format!("input `{name}`: FP8 inputs are not supported (cast f16 inputs instead)"),
+                )
+            }
+            None => {
+                return cx.err(
+                    inp.dtype.span(),
+                    format!("input `{name}`: unknown dtype `{}` (expected f32 or f16)", inp.dtype.get_ref()),
+                )
+            }
         };
         let shape = inp.shape.get_ref();
         if shape.is_empty() || shape.iter().any(|d| *d <= 0) {
-            return cx.err(inp.shape.span(), format!("input `{name}`: shape must be a non-empty list of positive integers"));
+            return cx.err(
+                inp.shape.span(),
+                format!("input `{name}`: shape must be a non-empty list of positive integers"),
+            );
         }
-        g.tensors.push(Tensor { name: name.clone(), dtype, shape: shape.iter().map(|d| *d as u64).collect() });
+        g.tensors.push(Tensor {
+            name: name.clone(),
+            dtype,
+            shape: shape.iter().map(|d| *d as u64).collect(),
+        });
         g.inputs.push(TensorId(g.tensors.len() as u32 - 1));
     }
     for (i, sop) in raw.ops.iter().enumerate() {
@@ -114,19 +137,36 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         let kind = op.op.get_ref().as_str();
         let here = |field: &str| format!("op {i} ({kind}): field `{field}`");
         let tensor = |f: &Option<Spanned<String>>, field: &str, g: &Graph| -> Result<TensorId, ModelError> {
-            let Some(s) = f else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`")) };
-            g.find(s.get_ref()).ok_or(()).or_else(|_| cx.err(s.span(), format!("{}: unknown tensor `{}`", here(field), s.get_ref())))
+            let Some(s) = f else {
+                return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`"));
+            };
+            g.find(s.get_ref())
+                .ok_or(())
+                .or_else(|_| cx.err(s.span(), format!("{}: unknown tensor `{}`", here(field), s.get_ref())))
         };
         let dtype = |f: &Option<Spanned<String>>, field: &str| -> Result<DType, ModelError> {
-            let Some(s) = f else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`")) };
-            parse_dtype(s.get_ref()).ok_or(()).or_else(|_| cx.err(s.span(), format!("{}: unknown dtype `{}`", here(field), s.get_ref())))
+            let Some(s) = f else {
+                return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`"));
+            };
+            parse_dtype(s.get_ref())
+                .ok_or(())
+                .or_else(|_| cx.err(s.span(), format!("{}: unknown dtype `{}`", here(field), s.get_ref())))
         };
         let reject = |f: bool, field: &str, span: std::ops::Range<usize>| -> Result<(), ModelError> {
-            if f { cx.err(span, format!("op {i} ({kind}): field `{field}` does not apply to this op")) } else { Ok(()) }
+            if f {
+                cx.err(span, format!("op {i} ({kind}): field `{field}` does not apply to this op"))
+            } else {
+                Ok(())
+            }
         };
-        let Some(out) = &op.output else { return cx.err(sop.span(), format!("op {i} ({kind}): missing field `output`")) };
+        let Some(out) = &op.output else {
+            return cx.err(sop.span(), format!("op {i} ({kind}): missing field `output`"));
+        };
         if g.find(out.get_ref()).is_some() {
-            return cx.err(out.span(), format!("{}: tensor `{}` is already defined", here("output"), out.get_ref()));
+            return cx.err(
+                out.span(),
+                format!("{}: tensor `{}` is already defined", here("output"), out.get_ref()),
+            );
         }
         match kind {
             "matmul" => {
@@ -148,7 +188,10 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     }
                 }
                 if !matches!(acc, DType::F16 | DType::F32) {
-                    return cx.err(op.accumulate.as_ref().unwrap().span(), format!("{}: accumulate must be f16 or f32", here("accumulate")));
+                    return cx.err(
+                        op.accumulate.as_ref().unwrap().span(),
+                        format!("{}: accumulate must be f16 or f32", here("accumulate")),
+                    );
                 }
                 if out_dtype != acc {
                     return cx.err(op.dtype.as_ref().unwrap().span(), format!(
@@ -156,22 +199,39 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                         here("dtype"), out_dtype.name(), acc.name()));
                 }
                 let Some((m, k, n)) = matmul_dims(at, bt, ta, tb) else {
-                    return cx.err(op.b.as_ref().unwrap().span(), format!(
-                        "op {i} (matmul): shape mismatch: a {:?}{} · b {:?}{} (need rank 2 and equal K)",
-                        at.shape, if ta { "ᵀ" } else { "" }, bt.shape, if tb { "ᵀ" } else { "" }));
+                    return cx.err(
+                        op.b.as_ref().unwrap().span(),
+                        format!(
+                            "op {i} (matmul): shape mismatch: a {:?}{} · b {:?}{} (need rank 2 and equal K)",
+                            at.shape,
+                            if ta { "ᵀ" } else { "" },
+                            bt.shape,
+                            if tb { "ᵀ" } else { "" }
+                        ),
+                    );
                 };
                 let _ = k;
                 g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: out_dtype, shape: vec![m, n] });
                 let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::MatMul { a, b, transpose_a: ta, transpose_b: tb, accumulate: acc }, output });
+                g.ops.push(Op {
+                    kind: OpKind::MatMul { a, b, transpose_a: ta, transpose_b: tb, accumulate: acc },
+                    output,
+                });
             }
-            other => return cx.err(op.op.span(), format!("op {i}: unknown op `{other}` (supported: matmul)")),
+            other => {
+                return cx.err(op.op.span(), format!("op {i}: unknown op `{other}` (supported: matmul)"))
+            }
         }
     }
     for o in raw.outputs.get_ref() {
         match g.find(o.get_ref()) {
             Some(t) if !g.inputs.contains(&t) => g.outputs.push(t),
-            Some(_) => return cx.err(o.span(), format!("output `{}` is a model input, not produced by an op", o.get_ref())),
+            Some(_) => {
+                return cx.err(
+                    o.span(),
+                    format!("output `{}` is a model input, not produced by an op", o.get_ref()),
+                )
+            }
             None => return cx.err(o.span(), format!("output `{}` is not produced by any op", o.get_ref())),
         }
     }

@@ -23,13 +23,19 @@ pub fn read(path: &Path) -> Result<HostTensor, String> {
         "|u1" => (DType::F8E4M3, 1),
         other => return Err(err(format!("unsupported dtype `{other}` (expected <f4, <f2 or |u1)"))),
     };
-    let elems = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| err("shape overflows".into()))?;
+    let elems =
+        shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| err("shape overflows".into()))?;
     if elems.saturating_mul(size) > bytes.len() as u64 {
-        return Err(err(format!("header declares {elems} elements but the file has only {} bytes", bytes.len())));
+        return Err(err(format!(
+            "header declares {elems} elements but the file has only {} bytes",
+            bytes.len()
+        )));
     }
     let data: Vec<f32> = match dtype {
         DType::F32 => file.into_vec::<f32>().map_err(|e| err(e.to_string()))?,
-        DType::F16 => file.into_vec::<f16>().map_err(|e| err(e.to_string()))?.iter().map(|h| h.to_f32()).collect(),
+        DType::F16 => {
+            file.into_vec::<f16>().map_err(|e| err(e.to_string()))?.iter().map(|h| h.to_f32()).collect()
+        }
         _ => file.into_vec::<u8>().map_err(|e| err(e.to_string()))?.iter().map(|b| *b as f32).collect(),
     };
     if data.len() as u64 != elems {
@@ -44,15 +50,30 @@ pub fn to_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
     let shape = &t.shape;
     let r = match t.dtype {
         DType::F32 => {
-            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(shape)
+                .writer(&mut out)
+                .begin_nd()
+                .map_err(|e| e.to_string())?;
             w.extend(t.data.iter().copied()).and_then(|_| w.finish())
         }
         DType::F16 => {
-            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(shape)
+                .writer(&mut out)
+                .begin_nd()
+                .map_err(|e| e.to_string())?;
             w.extend(t.data.iter().map(|x| f16::from_f32(*x))).and_then(|_| w.finish())
         }
         DType::F8E4M3 | DType::F8E5M2 => {
-            let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(&mut out).begin_nd().map_err(|e| e.to_string())?;
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(shape)
+                .writer(&mut out)
+                .begin_nd()
+                .map_err(|e| e.to_string())?;
             w.extend(t.data.iter().map(|x| *x as u8)).and_then(|_| w.finish())
         }
     };

@@ -3,8 +3,8 @@
 
 use ipu_core::target::{in_tile_memory, EXEC_REGION_END, TILE_MEM_BASE};
 use ipu_schema::{
-    decode, encode, read_container, write_container, Binding, BuildInfo, HostExchange, PlanSummary, SectionKind,
-    Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
+    decode, encode, read_container, write_container, Binding, BuildInfo, HostExchange, PlanSummary,
+    SectionKind, Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
 };
 
 /// A decoded, validated package.
@@ -64,7 +64,11 @@ impl Package {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, PackageError> {
         let (header, sections) = read_container(bytes).map_err(PackageError::Container)?;
         let body = |k: SectionKind| {
-            sections.iter().find(|(kind, _)| *kind == k).map(|(_, b)| *b).ok_or(PackageError::Missing(k.name()))
+            sections
+                .iter()
+                .find(|(kind, _)| *kind == k)
+                .map(|(_, b)| *b)
+                .ok_or(PackageError::Missing(k.name()))
         };
         fn dec<'a, T: serde::Deserialize<'a>>(k: SectionKind, b: &'a [u8]) -> Result<T, PackageError> {
             decode(b).map_err(|e| PackageError::Decode(k.name(), e.to_string()))
@@ -91,14 +95,18 @@ impl Package {
         for (i, img) in self.tiles.iter().enumerate() {
             let t = img.tile;
             if t as usize != i {
-                return bad(format!("tile image {i} is for tile {t} (images must be in tile order, one per tile)"));
+                return bad(format!(
+                    "tile image {i} is for tile {t} (images must be in tile order, one per tile)"
+                ));
             }
             let mut prev_end = 0u64;
             let mut entry_ok = false;
             for (k, s) in img.segments.iter().enumerate() {
                 let what = format!("tile {t} segment {k} at {:#x}", s.addr);
                 let zero = s.flags & SEG_ZERO != 0;
-                if s.flags & !(SEG_EXEC | SEG_DATA | SEG_ZERO) != 0 || (s.flags & SEG_EXEC != 0) == (s.flags & SEG_DATA != 0) {
+                if s.flags & !(SEG_EXEC | SEG_DATA | SEG_ZERO) != 0
+                    || (s.flags & SEG_EXEC != 0) == (s.flags & SEG_DATA != 0)
+                {
                     return bad(format!("{what}: invalid flags {:#x}", s.flags));
                 }
                 if zero && (s.flags & SEG_EXEC != 0 || !s.bytes.is_empty()) {
@@ -114,7 +122,9 @@ impl Package {
                     return bad(format!("{what}: code outside the executable region 0x4c000..0x80000"));
                 }
                 if (s.addr as u64) < prev_end {
-                    return bad(format!("{what}: overlaps the previous segment (segments must be sorted and disjoint)"));
+                    return bad(format!(
+                        "{what}: overlaps the previous segment (segments must be sorted and disjoint)"
+                    ));
                 }
                 prev_end = s.addr as u64 + s.len as u64;
                 if s.flags & SEG_EXEC != 0 && (s.addr..s.addr + s.len).contains(&img.entry) {
@@ -138,9 +148,13 @@ impl Package {
                 if s.rows == 0 || s.row_bytes == 0 {
                     continue;
                 }
-                let last_tile = s.addr as u64 + (s.rows as u64 - 1) * s.tile_stride as u64 + s.row_bytes as u64;
+                let last_tile =
+                    s.addr as u64 + (s.rows as u64 - 1) * s.tile_stride as u64 + s.row_bytes as u64;
                 if s.addr < TILE_MEM_BASE || last_tile > ipu_core::target::TILE_MEM_END as u64 {
-                    return bad(format!("{what}: tile range {:#x}..{last_tile:#x} outside tile memory", s.addr));
+                    return bad(format!(
+                        "{what}: tile range {:#x}..{last_tile:#x} outside tile memory",
+                        s.addr
+                    ));
                 }
                 let last = s.tensor_offset + (s.rows as u64 - 1) * s.tensor_stride + s.row_bytes as u64;
                 if last > size {

@@ -29,16 +29,43 @@ fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
 }
 
 fn round(x: f32, d: DType) -> f32 {
-    if d == DType::F16 { f16::from_f32(x).to_f32() } else { x }
+    if d == DType::F16 {
+        f16::from_f32(x).to_f32()
+    } else {
+        x
+    }
 }
 
 /// `C = A·B` as the device computes it with `grid = [tm, tn, tk]`.
 #[allow(clippy::too_many_arguments, reason = "the matmul's full description")]
-pub fn matmul_device(a: &HostTensor, b: &HostTensor, ta: bool, tb: bool, acc: DType, tk: u64) -> (Vec<f32>, Vec<f64>, u64, u64) {
+pub fn matmul_device(
+    a: &HostTensor,
+    b: &HostTensor,
+    ta: bool,
+    tb: bool,
+    acc: DType,
+    tk: u64,
+) -> (Vec<f32>, Vec<f64>, u64, u64) {
     let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
     let n = if tb { b.shape[0] } else { b.shape[1] };
-    let av = |i: u64, kk: u64| if kk >= k { 0.0 } else if ta { a.data[(kk * m + i) as usize] } else { a.data[(i * k + kk) as usize] };
-    let bv = |kk: u64, j: u64| if kk >= k { 0.0 } else if tb { b.data[(j * k + kk) as usize] } else { b.data[(kk * n + j) as usize] };
+    let av = |i: u64, kk: u64| {
+        if kk >= k {
+            0.0
+        } else if ta {
+            a.data[(kk * m + i) as usize]
+        } else {
+            a.data[(i * k + kk) as usize]
+        }
+    };
+    let bv = |kk: u64, j: u64| {
+        if kk >= k {
+            0.0
+        } else if tb {
+            b.data[(j * k + kk) as usize]
+        } else {
+            b.data[(kk * n + j) as usize]
+        }
+    };
     let kb = k.div_ceil(16);
     let cols = if acc == DType::F32 { 8 } else { 16 };
     let group = cols / 4; // outputs per phase
@@ -60,7 +87,8 @@ pub fn matmul_device(a: &HostTensor, b: &HostTensor, ta: bool, tb: bool, acc: DT
                                 acc32 += pin;
                             }
                             let kk = blk * 16 + 4 * p;
-                            let pr: [f32; 4] = std::array::from_fn(|q| av(i, kk + q as u64) * bv(kk + q as u64, j));
+                            let pr: [f32; 4] =
+                                std::array::from_fn(|q| av(i, kk + q as u64) * bv(kk + q as u64, j));
                             acc32 += (pr[0] + pr[1]) + (pr[2] + pr[3]);
                         }
                         pin = round(acc32, acc);

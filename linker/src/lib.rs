@@ -5,6 +5,7 @@
 //! largest-alignment-then-largest-first, first fit, into region 1 (0x80000..0xE8000) and then the
 //! rest of region 0 after the code. Deterministic: ties break by name.
 #![no_std]
+#![forbid(unsafe_code)]
 extern crate alloc;
 
 use alloc::collections::BTreeMap;
@@ -103,7 +104,11 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
         }
         let Some(a) = placed else {
             let largest = free.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
-            return Err(LinkError::NoSpace { tile, buffer: b.name.clone(), over: (b.bytes - largest.min(b.bytes)) as u64 });
+            return Err(LinkError::NoSpace {
+                tile,
+                buffer: b.name.clone(),
+                over: (b.bytes - largest.min(b.bytes)) as u64,
+            });
         };
         addr_of.insert(b.name.clone(), a);
     }
@@ -154,7 +159,12 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     let mut symbols: BTreeMap<String, u32> = prog.symbols.iter().map(|(n, v)| (n.to_string(), *v)).collect();
     symbols.extend(addr_of);
     let entry = symbols.get("main").copied().unwrap_or(TILE_MEM_BASE);
-    segments.push(Segment { addr: HOST_AREA_BASE, flags: SEG_DATA | SEG_ZERO, len: HOST_AREA_BYTES, bytes: Vec::new() });
+    segments.push(Segment {
+        addr: HOST_AREA_BASE,
+        flags: SEG_DATA | SEG_ZERO,
+        len: HOST_AREA_BYTES,
+        bytes: Vec::new(),
+    });
     segments.sort_by_key(|s| s.addr);
     Ok(Linked { image: TileImage { tile, entry, segments }, symbols, memory, code_end })
 }

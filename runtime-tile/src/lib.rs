@@ -1,6 +1,7 @@
 //! `ipu-runtime-tile`: on-tile code — the assembler, the supervisor runtime and the worker
 //! kernels. `no_std`; code generation uses `alloc` for its text.
 #![no_std]
+#![forbid(unsafe_code)]
 extern crate alloc;
 
 pub mod asm;

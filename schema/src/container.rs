@@ -141,15 +141,21 @@ pub enum ContainerError {
 impl fmt::Display for ContainerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ContainerError::TooSmall(n) => write!(f, "file is {n} bytes, smaller than the 80-byte package header"),
+            ContainerError::TooSmall(n) => {
+                write!(f, "file is {n} bytes, smaller than the 80-byte package header")
+            }
             ContainerError::BadMagic => f.write_str("not an ipu-codegen package (bad magic)"),
             ContainerError::Version { found, supported } => {
                 write!(f, "package format version {found}, this reader supports {supported}")
             }
             ContainerError::Header(w) => write!(f, "invalid package header: {w}"),
-            ContainerError::Checksum => f.write_str("header/section-table checksum mismatch (corrupted package)"),
+            ContainerError::Checksum => {
+                f.write_str("header/section-table checksum mismatch (corrupted package)")
+            }
             ContainerError::Section { index, what } => write!(f, "section table entry {index}: {what}"),
-            ContainerError::SectionChecksum(name) => write!(f, "section {name}: SHA-256 mismatch (corrupted package)"),
+            ContainerError::SectionChecksum(name) => {
+                write!(f, "section {name}: SHA-256 mismatch (corrupted package)")
+            }
         }
     }
 }
@@ -215,7 +221,10 @@ pub fn read_container(bytes: &[u8]) -> Result<(Header, Vec<(SectionKind, &[u8])>
         return Err(ContainerError::BadMagic);
     }
     if header.format_version.get() != FORMAT_VERSION {
-        return Err(ContainerError::Version { found: header.format_version.get(), supported: FORMAT_VERSION });
+        return Err(ContainerError::Version {
+            found: header.format_version.get(),
+            supported: FORMAT_VERSION,
+        });
     }
     if header.header_size.get() != 80 {
         return Err(ContainerError::Header("header size is not 80"));
@@ -228,7 +237,9 @@ pub fn read_container(bytes: &[u8]) -> Result<(Header, Vec<(SectionKind, &[u8])>
         return Err(ContainerError::Header("tile count not in 1..=1472"));
     }
     if header.file_size.get() != bytes.len() as u64 {
-        return Err(ContainerError::Header("file size field does not match the file (truncated or extended)"));
+        return Err(ContainerError::Header(
+            "file size field does not match the file (truncated or extended)",
+        ));
     }
     let n = header.section_count.get();
     if n == 0 || n > MAX_SECTIONS {
@@ -249,7 +260,8 @@ pub fn read_container(bytes: &[u8]) -> Result<(Header, Vec<(SectionKind, &[u8])>
     let mut prev_end = 80 + table_len;
     for i in 0..n {
         let bad = |what| ContainerError::Section { index: i, what };
-        let (e, _) = SectionEntry::read_from_prefix(&table[(i * 56) as usize..]).map_err(|_| bad("truncated"))?;
+        let (e, _) =
+            SectionEntry::read_from_prefix(&table[(i * 56) as usize..]).map_err(|_| bad("truncated"))?;
         let kind = SectionKind::from_u32(e.kind.get()).ok_or(bad("unknown section kind"))?;
         if out.iter().any(|(k, _)| *k == kind) {
             return Err(bad("duplicate section kind"));

@@ -4,6 +4,7 @@
 //! and are decoded into owned values after their checksums pass; the container itself is read
 //! through zerocopy views.
 #![no_std]
+#![forbid(unsafe_code)]
 extern crate alloc;
 
 mod container;

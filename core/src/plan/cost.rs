@@ -43,9 +43,17 @@ const CALL_OVERHEAD: u64 = 5;
 
 /// Predict a `run` call. `runall_issues(tile, step)` gives the slowest worker's issues of a
 /// `RunAll` step (the planner knows the descriptors).
-pub fn predict(tiles: &[TilePlan], runall_issues: impl Fn(usize, usize) -> u64, exchange_horizon: &[u64]) -> Cost {
+pub fn predict(
+    tiles: &[TilePlan],
+    runall_issues: impl Fn(usize, usize) -> u64,
+    exchange_horizon: &[u64],
+) -> Cost {
     // Split each tile's steps into supersteps at Sync/Exchange; time per superstep per tile.
-    let supersteps = tiles.first().map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count()).unwrap_or(0) + 1;
+    let supersteps = tiles
+        .first()
+        .map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
+        .unwrap_or(0)
+        + 1;
     let mut longest = alloc::vec![0u64; supersteps];
     let mut is_exchange = alloc::vec![false; supersteps];
     for (ti, t) in tiles.iter().enumerate() {

@@ -191,14 +191,20 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
         }
     }
     let mux_at = |tile: u16, cycle: u64| -> u16 {
-        muxes.get(&tile).and_then(|m| m.iter().rev().find(|(c, _)| *c <= cycle)).map(|x| x.1).unwrap_or(MUX_NONE)
+        muxes
+            .get(&tile)
+            .and_then(|m| m.iter().rev().find(|(c, _)| *c <= cycle))
+            .map(|x| x.1)
+            .unwrap_or(MUX_NONE)
     };
     // Walk each receiver's arrivals in time order and replay its pointer.
     for t in transfers {
         let stream = streams.get(&t.sender).map(Vec::as_slice).unwrap_or(&[]);
         let lat = latency(t.sender, t.receiver) as u64;
-        let mine: Vec<&(u64, String, u32)> =
-            stream.iter().filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words).collect();
+        let mine: Vec<&(u64, String, u32)> = stream
+            .iter()
+            .filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words)
+            .collect();
         if mine.len() != t.words as usize {
             return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
         }
@@ -209,8 +215,12 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
                 return Err(bad);
             }
             // Pointer: last set at or before the arrival, advanced by words landed since.
-            let p = ptrs.get(&t.receiver).and_then(|p| p.iter().rev().find(|(c, _, _)| *c <= arrival)).ok_or(bad.clone())?;
-            let landed_since = stream.iter().filter(|(c, _, _)| c + lat >= p.0 && c + lat < arrival).count() as u32;
+            let p = ptrs
+                .get(&t.receiver)
+                .and_then(|p| p.iter().rev().find(|(c, _, _)| *c <= arrival))
+                .ok_or(bad.clone())?;
+            let landed_since =
+                stream.iter().filter(|(c, _, _)| c + lat >= p.0 && c + lat < arrival).count() as u32;
             if p.1 != t.dst || p.2 + 4 * landed_since != t.dst_off + 4 * i as u32 {
                 return Err(bad);
             }

@@ -53,7 +53,11 @@ impl MatMul {
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
-        if self.acc == DType::F32 { 8 } else { 16 }
+        if self.acc == DType::F32 {
+            8
+        } else {
+            16
+        }
     }
     /// Bytes of one weight block in the CWEI.
     pub fn block_bytes(&self) -> u32 {
@@ -68,7 +72,11 @@ impl MatMul {
         self.n.div_ceil(self.block_cols())
     }
     fn kernel(&self) -> (Kernel, Kernel) {
-        if self.acc == DType::F32 { (Kernel::AmpF32, Kernel::AddF32) } else { (Kernel::AmpF16, Kernel::AddF16) }
+        if self.acc == DType::F32 {
+            (Kernel::AmpF32, Kernel::AddF32)
+        } else {
+            (Kernel::AmpF16, Kernel::AddF16)
+        }
     }
 }
 
@@ -139,7 +147,11 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
             let tm_max = (t / (tn * tk)).min(mm.m).max(1);
             let rows = mm.m.div_ceil(tm_max);
             let tm = mm.m.div_ceil(rows).max(1);
-            let g = Grid { tm, tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)), tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)) };
+            let g = Grid {
+                tm,
+                tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)),
+                tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)),
+            };
             if rows.div_ceil(WORKERS as u64) + 1 > 4095 {
                 continue;
             }
@@ -153,10 +165,11 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
 
 /// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate).
 pub fn choose_grid(mm: &MatMul, tiles: usize) -> Grid {
-    candidates(mm, tiles)
-        .into_iter()
-        .min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk))
-        .unwrap_or(Grid { tm: 1, tn: 1, tk: 1 })
+    candidates(mm, tiles).into_iter().min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk)).unwrap_or(Grid {
+        tm: 1,
+        tn: 1,
+        tk: 1,
+    })
 }
 
 fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
@@ -171,7 +184,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     }
     let need = memory_needed(mm, grid) + RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
-        return Err(PlanError::Memory { tile: 0, buffer: "matmul operands".into(), over: need - TILE_MEM_SIZE as u64 });
+        return Err(PlanError::Memory {
+            tile: 0,
+            buffer: "matmul operands".into(),
+            over: need - TILE_MEM_SIZE as u64,
+        });
     }
     let (amp, add) = mm.kernel();
     let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;
@@ -198,7 +215,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 p.buffers.push(zero("A", kbt * rows * ROW as u64 + SLACK as u64, MemKind::Tensor));
                 p.buffers.push(zero("B", kbt * nbt * mm.block_bytes() as u64, MemKind::Tensor));
                 p.buffers.push(zero("C", nbt * cblk + SLACK as u64, MemKind::Tensor));
-                p.buffers.push(zero("Z", (wr[0].1 - wr[0].0 + 1) * ROW as u64 + SLACK as u64, MemKind::Tensor));
+                p.buffers.push(zero(
+                    "Z",
+                    (wr[0].1 - wr[0].0 + 1) * ROW as u64 + SLACK as u64,
+                    MemKind::Tensor,
+                ));
                 for kbl in 0..kbt {
                     let kb = kb0 + kbl;
                     a_slices.push(SliceRef {
@@ -232,14 +253,27 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                         for (w0, w1) in &wr {
                             let out = (off + SCRATCH as u64) as u32;
                             words.push(Word::Sym("A".into(), ((kbl * rows + w0) * ROW as u64) as u32));
-                            words.push(if kbl == 0 { Word::Sym("Z".into(), 0) } else { Word::Sym("C".into(), out) });
+                            words.push(if kbl == 0 {
+                                Word::Sym("Z".into(), 0)
+                            } else {
+                                Word::Sym("C".into(), out)
+                            });
                             words.push(Word::Sym("C".into(), out - SCRATCH));
                             words.push(Word::Const((w1 - w0 + 1) as u32));
                             off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
                         }
                         let name = format!("d{nbl}_{kbl}");
-                        p.buffers.push(Buffer { name: name.clone(), bytes: 96, align: 16, kind: MemKind::Descriptor, init: words });
-                        p.steps.push(Step::LoadWeights("B".into(), ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32));
+                        p.buffers.push(Buffer {
+                            name: name.clone(),
+                            bytes: 96,
+                            align: 16,
+                            kind: MemKind::Descriptor,
+                            init: words,
+                        });
+                        p.steps.push(Step::LoadWeights(
+                            "B".into(),
+                            ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
+                        ));
                         p.steps.push(Step::RunAll(amp, name));
                     }
                 }
@@ -313,8 +347,12 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         for (t, p) in plans.iter_mut().enumerate() {
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
-            let reductions: Vec<String> =
-                p.buffers.iter().filter(|b| b.name.starts_with('r') && b.name.contains('_')).map(|b| b.name.clone()).collect();
+            let reductions: Vec<String> = p
+                .buffers
+                .iter()
+                .filter(|b| b.name.starts_with('r') && b.name.contains('_'))
+                .map(|b| b.name.clone())
+                .collect();
             for name in reductions {
                 p.steps.push(Step::RunAll(add, name));
             }
@@ -324,8 +362,14 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         let p = &plans[t];
         let Step::RunAll(kernel, desc) = &p.steps[s] else { return 0 };
         let b = p.buffers.iter().find(|b| &b.name == desc);
-        b.map(|b| b.init.chunks(4).map(|w| if let Word::Const(n) = w[3] { kernel_issues(*kernel, n) } else { 0 }).max().unwrap_or(0))
-            .unwrap_or(0)
+        b.map(|b| {
+            b.init
+                .chunks(4)
+                .map(|w| if let Word::Const(n) = w[3] { kernel_issues(*kernel, n) } else { 0 })
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
     };
     let cost = cost::predict(&plans, issues, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };
@@ -341,7 +385,13 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
         mapping: vec![format!(
             "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
-            mm.m, mm.k, mm.n, grid.tm, grid.tn, grid.tk, mm.acc.name()
+            mm.m,
+            mm.k,
+            mm.n,
+            grid.tm,
+            grid.tn,
+            grid.tk,
+            mm.acc.name()
         )],
     })
 }

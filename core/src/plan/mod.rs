@@ -136,7 +136,9 @@ pub struct Plan {
 impl Plan {
     /// Supersteps of the `run` call: internal syncs + 1.
     pub fn phases(&self) -> u32 {
-        self.tiles.first().map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
+        self.tiles
+            .first()
+            .map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
             .unwrap_or(0) as u32
             + 1
     }
@@ -183,7 +185,10 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     if graph.ops.len() != 1 {
         return Err(PlanError::Unsupported(
             graph.ops.len().min(1),
-            alloc::format!("this version plans exactly one matmul per model (model has {} ops)", graph.ops.len()),
+            alloc::format!(
+                "this version plans exactly one matmul per model (model has {} ops)",
+                graph.ops.len()
+            ),
         ));
     }
     let op = &graph.ops[0];

@@ -1,0 +1,326 @@
+//! Command-line interface. Logs go to stderr (tracing, `RUST_LOG`), data and result lines to
+//! stdout. Exit codes: 0 ok, 1 numerical or device failure, 2 bad usage or input, 3 device busy.
+
+use clap::{Parser, Subcommand};
+use ipu_host::build::{build, BuildOptions};
+use ipu_host::devices::open_device;
+use ipu_host::program::{disassemble, TileProgram};
+use ipu_host::session::{self, RunError, RunOptions};
+use ipu_host::sim::{SimConfig, SimDevice};
+use ipu_host::Device;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "ipu-codegen",
+    version,
+    about = "Compile, run and inspect programs for the Graphcore IPU Mk2"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// Device: auto (hardware if present, else the simulator), sim, or /dev/ipuN.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Input tensor from a .npy file (repeatable); missing inputs are generated from --seed.
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    inputs: Vec<String>,
+    /// Write outputs as NAME.npy into this directory.
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
+    /// Seed for generated inputs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Resident inferences (the package is loaded once).
+    #[arg(long, default_value_t = 1)]
+    iterations: u32,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Fail at once (exit 3) instead of waiting when the device is in use.
+    #[arg(long)]
+    no_wait: bool,
+    /// Simulator cycle budget per run call.
+    #[arg(long, default_value_t = 2_000_000_000)]
+    max_cycles: u64,
+    /// Host threads for the simulator and reference (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compile a model file into an application package.
+    Build {
+        /// Model file (TOML, docs/model-format.md).
+        model: PathBuf,
+        /// Package to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Target tiles (default: the whole chip).
+        #[arg(long, default_value_t = 1472)]
+        tiles: usize,
+        /// Host threads (0 = all cores); the package is identical for any value.
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Print per-phase build times.
+        #[arg(long)]
+        timings: bool,
+    },
+    /// Run a package on a device and check it against the host reference.
+    Run {
+        /// Package.
+        package: PathBuf,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Show what a package holds.
+    Inspect {
+        /// Package.
+        package: PathBuf,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build the bundled example and run it on the default device.
+    Demo {
+        /// Where to write the package.
+        #[arg(long, default_value = "target/demo")]
+        dir: PathBuf,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Assemble a tile program to a flat binary image.
+    Asm {
+        /// Assembly source.
+        file: PathBuf,
+        /// Output image (raw little-endian words from the lowest address).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Disassemble a flat binary image.
+    Disasm {
+        /// Image.
+        file: PathBuf,
+        /// Tile address of the first byte.
+        #[arg(long, default_value = "0x4c000", value_parser = parse_u32)]
+        base: u32,
+    },
+    /// Run an assembly program on simulated tiles until they halt or reach the host sync.
+    Sim {
+        /// Assembly source (loaded onto every tile).
+        file: PathBuf,
+        /// Tiles.
+        #[arg(long, default_value_t = 1)]
+        tiles: usize,
+        /// Host threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Cycle budget.
+        #[arg(long, default_value_t = 2_000_000_000)]
+        max_cycles: u64,
+    },
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    ipu_core::isa::parse_int(s)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| format!("not an address: {s}"))
+}
+
+/// A failure with its exit code.
+struct Failure(u8, String);
+
+fn bad(msg: impl Into<String>) -> Failure {
+    Failure(2, msg.into())
+}
+
+fn read_text(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))
+}
+
+const EXAMPLE: (&str, &str) = ("examples/matmul.toml", include_str!("../../examples/matmul.toml"));
+
+fn do_build(
+    name: &str,
+    src: &str,
+    output: &Path,
+    tiles: usize,
+    threads: usize,
+) -> Result<ipu_host::build::Built, Failure> {
+    let built =
+        build(name, src, &BuildOptions { tiles, threads, grid: None }).map_err(|e| bad(e.to_string()))?;
+    ipu_host::atomic::write_atomic(output, &built.bytes)
+        .map_err(|e| bad(format!("{}: {e}", output.display())))?;
+    tracing::info!(path = %output.display(), bytes = built.bytes.len(), "application package written");
+    Ok(built)
+}
+
+fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
+    let pkg = session::read_package(path).map_err(|e| bad(e.to_string()))?;
+    let mut inputs = BTreeMap::new();
+    for spec in &a.inputs {
+        let (name, file) =
+            spec.split_once('=').ok_or_else(|| bad(format!("--input {spec}: expected NAME=FILE.npy")))?;
+        inputs.insert(name.to_string(), PathBuf::from(file));
+    }
+    let (mut dev, name) = open_device(&a.device, pkg.tile_count as usize, a.threads, a.max_cycles)
+        .map_err(|e| Failure(2, e.to_string()))?;
+    let _lock = session::lock_device(&name, !a.no_wait).map_err(|e| match e {
+        RunError::Busy(m) => Failure(3, m),
+        other => bad(other.to_string()),
+    })?;
+    let opts = RunOptions {
+        package_path: path.display().to_string(),
+        inputs,
+        output_dir: a.output_dir.clone(),
+        seed: a.seed,
+        iterations: a.iterations,
+        wait: !a.no_wait,
+    };
+    let out = session::run(&pkg, dev.as_mut(), &opts).map_err(|e| match e {
+        RunError::Input(m) => bad(m),
+        RunError::Device(d) => Failure(1, format!("device {name}: {d}")),
+        RunError::Busy(m) => Failure(3, m),
+    })?;
+    if a.json {
+        let v = serde_json::json!({
+            "package": path.display().to_string(),
+            "device": out.device,
+            "cycles": out.cycles,
+            "predicted_cycles": pkg.plan.predicted_cycles,
+            "max_abs_error": out.max_abs_error,
+            "max_abs_error_vs_f64": out.max_abs_error_f64,
+            "numerical_test": if out.numerical_pass { "PASS" } else { "FAIL" },
+            "hardware_test": "PASS",
+            "outputs": out.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    }
+    if out.numerical_pass {
+        Ok(())
+    } else {
+        Err(Failure(1, "numerical test failed".into()))
+    }
+}
+
+fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_json::Value {
+    serde_json::json!({
+        "package": path.display().to_string(),
+        "sha256": b.sha256,
+        "bytes": b.bytes.len(),
+        "tiles_used": b.package.info.tiles_used,
+        "target_tiles": tiles,
+        "predicted_cycles": b.package.plan.predicted_cycles,
+        "predicted_exchange_cycles": b.package.plan.predicted_exchange_cycles,
+        "baseline_cycles": b.package.plan.baseline_cycles,
+        "search_attempts": b.package.plan.search_attempts,
+    })
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.cmd {
+        Cmd::Build { model, output, tiles, threads, json, timings } => {
+            let src = read_text(&model)?;
+            let b = do_build(&model.display().to_string(), &src, &output, tiles, threads)?;
+            if timings {
+                for (phase, ms) in &b.timings {
+                    eprintln!("phase {phase:<20} {ms:>6} ms");
+                }
+            }
+            if json {
+                println!("{}", build_json(&output, &b, tiles));
+            } else {
+                println!(
+                    "package={} sha256={} tiles_used={} predicted_cycles={}",
+                    output.display(),
+                    b.sha256,
+                    b.package.info.tiles_used,
+                    b.package.plan.predicted_cycles
+                );
+            }
+        }
+        Cmd::Run { package, args } => run_package(&package, &args)?,
+        Cmd::Inspect { package, json } => {
+            let pkg = session::read_package(&package).map_err(|e| bad(e.to_string()))?;
+            let bytes = std::fs::read(&package).map_err(|e| bad(e.to_string()))?;
+            ipu_host::inspect::print(&pkg, &bytes, json);
+        }
+        Cmd::Demo { dir, args } => {
+            std::fs::create_dir_all(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+            let path = dir.join("matmul.ipuexe");
+            do_build(EXAMPLE.0, EXAMPLE.1, &path, 1472, args.threads)?;
+            run_package(&path, &args)?;
+        }
+        Cmd::Asm { file, output } => {
+            let src = read_text(&file)?;
+            let prog = TileProgram::from_asm(&src).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+            let (base, img) = prog.flat_image();
+            ipu_host::atomic::write_atomic(&output, &img)
+                .map_err(|e| bad(format!("{}: {e}", output.display())))?;
+            println!("{}: {} bytes at {base:#x}, entry {:#x}", output.display(), img.len(), prog.entry);
+        }
+        Cmd::Disasm { file, base } => {
+            let bytes = std::fs::read(&file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+            print!("{}", disassemble(base, &bytes));
+        }
+        Cmd::Sim { file, tiles, threads, max_cycles } => {
+            let src = read_text(&file)?;
+            let prog = TileProgram::from_asm(&src).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+            let mut dev =
+                SimDevice::new(SimConfig { tiles, threads, max_cycles }).map_err(|e| bad(e.to_string()))?;
+            for t in 0..tiles {
+                dev.load_tile(t as u16, &prog.segment_refs(), prog.entry).map_err(|e| bad(e.to_string()))?;
+            }
+            let start = std::time::Instant::now();
+            let r = dev.run_to_host_sync().map_err(|e| Failure(1, e.to_string()))?;
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "state={:?} cycles={} issued={} syncs={} host_seconds={secs:.3} instr_per_second={:.0}",
+                r.state,
+                r.cycles,
+                r.issued,
+                r.syncs,
+                r.issued as f64 / secs
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Entry point.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(code, msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! `inspect`: what a package holds — tiles used, memory per tile by kind, sections, bindings, calls.
+
+use crate::package::Package;
+use ipu_schema::{read_container, Direction};
+
+/// Print a package summary (text or one JSON object) to stdout.
+pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
+    let (_, sections) = read_container(bytes).expect("validated by the caller");
+    let mem = &pkg.plan.memory;
+    let total = |f: fn(&ipu_schema::TileMemory) -> u32| mem.iter().map(|m| f(m) as u64).sum::<u64>();
+    let max_tile = mem
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, m)| (m.code + m.tensors + m.descriptors + m.exchange + m.host, usize::MAX - i))
+        .map(|(i, m)| (i, m.code + m.tensors + m.descriptors + m.exchange + m.host))
+        .unwrap_or((0, 0));
+    if json {
+        let v = serde_json::json!({
+            "model": pkg.info.model,
+            "compiler": pkg.info.compiler,
+            "tile_count": pkg.tile_count,
+            "tiles_used": pkg.info.tiles_used,
+            "predicted_cycles": pkg.plan.predicted_cycles,
+            "memory_bytes": {"code": total(|m| m.code), "tensors": total(|m| m.tensors),
+                "descriptors": total(|m| m.descriptors), "exchange": total(|m| m.exchange), "host": total(|m| m.host)},
+            "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1},
+            "sections": sections.iter().map(|(k, b)| serde_json::json!({"kind": k.name(), "bytes": b.len()})).collect::<Vec<_>>(),
+            "bindings": pkg.bindings.iter().map(|b| serde_json::json!({"name": b.name, "dtype": b.dtype.name(),
+                "shape": b.shape, "direction": if b.direction == Direction::Input {"input"} else {"output"},
+                "slices": b.slices.len()})).collect::<Vec<_>>(),
+            "calls": pkg.host.calls.iter().map(|c| serde_json::json!({"name": c.name, "command": c.command, "phases": c.phases})).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return;
+    }
+    println!(
+        "model {} (compiler {}), target {} tiles, {} used",
+        pkg.info.model, pkg.info.compiler, pkg.tile_count, pkg.info.tiles_used
+    );
+    println!("predicted cycles per run call: {}", pkg.plan.predicted_cycles);
+    println!(
+        "memory over all tiles (bytes): code={} tensors={} descriptors={} exchange={} host={}",
+        total(|m| m.code),
+        total(|m| m.tensors),
+        total(|m| m.descriptors),
+        total(|m| m.exchange),
+        total(|m| m.host)
+    );
+    println!("largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
+    println!("sections:");
+    for (k, b) in &sections {
+        println!("  {:<14} {:>10} bytes", k.name(), b.len());
+    }
+    println!("bindings:");
+    for b in &pkg.bindings {
+        let dir = if b.direction == Direction::Input { "input " } else { "output" };
+        println!("  {dir} {:<12} {} {:?} slices={}", b.name, b.dtype.name(), b.shape, b.slices.len());
+    }
+    println!("calls:");
+    for c in &pkg.host.calls {
+        println!("  {} command={} phases={}", c.name, c.command, c.phases);
+    }
+}
