@@ -16,7 +16,7 @@ pub fn read(path: &Path) -> Result<HostTensor, String> {
         return Err(err("Fortran-order arrays are not supported; save with C order".into()));
     }
     let shape = file.shape().to_vec();
-    let descr = file.dtype().descr();
+    let descr = file.dtype().descr().trim_matches(|c| c == '\'' || c == '"').to_string();
     let (dtype, size) = match descr.as_str() {
         "<f4" => (DType::F32, 4),
         "<f2" => (DType::F16, 2),

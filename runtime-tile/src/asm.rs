@@ -55,6 +55,8 @@ pub enum AsmErrorKind {
     BadDirective,
     /// Code placed before anything was `.org`-ed and without a default origin.
     Overlap,
+    /// A bundle at an address that is not a multiple of 8 (docs/target.md §4.1).
+    MisalignedBundle(u32),
 }
 
 impl fmt::Display for AsmError {
@@ -71,6 +73,9 @@ impl fmt::Display for AsmError {
             AsmErrorKind::LineTooLong => write!(f, "statement longer than {MAX_LINE} characters"),
             AsmErrorKind::BadDirective => f.write_str("unknown or malformed directive"),
             AsmErrorKind::Overlap => f.write_str("segment overlaps an earlier one"),
+            AsmErrorKind::MisalignedBundle(a) => {
+                write!(f, "bundle at {a:#x} is not 8-byte aligned (insert a nop before it)")
+            }
         }
     }
 }
@@ -281,6 +286,9 @@ impl<'src> State<'src, '_> {
             self.substitute(stmt)?
         };
         let issue = parse_issue(&text).map_err(AsmErrorKind::Parse)?;
+        if text.starts_with('{') && !self.addr.is_multiple_of(8) {
+            return Err(AsmErrorKind::MisalignedBundle(self.addr));
+        }
         let (words, n) = if self.pass == 1 {
             // Sizes only; operands may refer to labels not yet known.
             ([0, 0], if text.starts_with('{') { 2 } else { 1 })

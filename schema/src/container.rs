@@ -213,8 +213,11 @@ pub fn write_container(tile_count: u32, bodies: &[(SectionKind, Vec<u8>)]) -> Ve
     out
 }
 
+/// Section bodies of a container, in file order.
+pub type Sections<'a> = Vec<(SectionKind, &'a [u8])>;
+
 /// Check the container and return the header and each section's body, indexed by kind order.
-pub fn read_container(bytes: &[u8]) -> Result<(Header, Vec<(SectionKind, &[u8])>), ContainerError> {
+pub fn read_container(bytes: &[u8]) -> Result<(Header, Sections<'_>), ContainerError> {
     let (header, _) =
         Header::read_from_prefix(bytes).map_err(|_| ContainerError::TooSmall(bytes.len() as u64))?;
     if header.magic != MAGIC {

@@ -46,7 +46,8 @@ fn worker_may_not_sync_and_rpt_is_bounded() {
     assert_eq!(f.kind, FaultKind::RptCount(4096));
     let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n sync 2\n halt\n.align 8\nw:\n setzi $m2, 2\n rpt $m2, 1\n nop\n exit\n");
     assert_eq!(f.kind, FaultKind::RptBody);
-    let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n sync 2\n halt\n.align 8\nw:\n setzi $m2, 2\n nop\n rpt $m2, 1\n { nop ; fnop }\n exit\n");
+    let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n sync 2\n halt\n.align 8\nw:\n setzi $m2, 2\n nop\n rpt $m2, 1\n .word 0x81000000, 0xc0000000\n exit\n");
+    // The assembler refuses a misaligned bundle, so the words are written by hand: `{ nop ; fnop }`.
     assert_eq!(f.kind, FaultKind::RptAlign);
 }
 

@@ -1,0 +1,228 @@
+//! The command line as a user meets it: exit codes, messages that name the problem, JSON fields,
+//! no package left behind by a failed build, and byte-identical packages across threads and
+//! directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ipu-codegen"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/matmul.toml")
+}
+
+fn run(c: &mut Command) -> (i32, String, String) {
+    let o: Output = c.output().expect("runs");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
+}
+
+fn build_to(dir: &Path, threads: usize, tiles: usize) -> PathBuf {
+    let out = dir.join("m.ipuexe");
+    let (code, _, err) = run(bin().args(["build"]).arg(example()).arg("-o").arg(&out).args([
+        "--tiles",
+        &tiles.to_string(),
+        "--threads",
+        &threads.to_string(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn build_json_and_run_json_report_the_contract_fields() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("m.ipuexe");
+    let (code, stdout, err) =
+        run(bin().arg("build").arg(example()).arg("-o").arg(&out).args(["--tiles", "64", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for f in [
+        "package",
+        "sha256",
+        "tiles_used",
+        "target_tiles",
+        "predicted_cycles",
+        "predicted_exchange_cycles",
+        "baseline_cycles",
+        "search_attempts",
+    ] {
+        assert!(v.get(f).is_some(), "build --json lacks {f}: {v}");
+    }
+    assert_eq!(v["target_tiles"], 64);
+    let (code, stdout, err) = run(bin()
+        .arg("run")
+        .arg(&out)
+        .args(["--device", "sim", "--json", "--output-dir"])
+        .arg(d.path().join("out")));
+    assert_eq!(code, 0, "{err}");
+    let json_line = stdout.lines().find(|l| l.starts_with('{')).expect("json line");
+    let r: serde_json::Value = serde_json::from_str(json_line).unwrap();
+    for f in [
+        "device",
+        "cycles",
+        "predicted_cycles",
+        "max_abs_error",
+        "numerical_test",
+        "hardware_test",
+        "outputs",
+    ] {
+        assert!(r.get(f).is_some(), "run --json lacks {f}: {r}");
+    }
+    assert_eq!(r["device"], "sim");
+    assert_eq!(r["numerical_test"], "PASS");
+    assert!(d.path().join("out/C.npy").exists());
+    assert!(stdout.contains("referenceInference=1 numericalTest=PASS"));
+    assert!(stdout.contains("tiles=64 hardwareTest=PASS"));
+}
+
+#[test]
+fn packages_are_identical_across_threads_and_directories() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = std::fs::read(build_to(d1.path(), 1, 1472)).unwrap();
+    let b = std::fs::read(build_to(d2.path(), 2, 1472)).unwrap();
+    assert!(a == b, "package bytes differ between --threads 1 and 2 in different directories");
+}
+
+#[test]
+fn bad_packages_are_refused_with_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let good = std::fs::read(build_to(d.path(), 2, 16)).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("truncated", good[..good.len() / 2].to_vec(), "file size field does not match"),
+        ("corrupt", {
+            let mut b = good.clone();
+            let i = b.len() - 100;
+            b[i] ^= 0x40;
+            b
+        }, "SHA-256 mismatch"),
+        ("not-a-package", b"hello, this is not a package at all; it is long enough for a header, so the magic is what fails.".to_vec(), "bad magic"),
+        ("empty", vec![], "smaller than the 80-byte package header"),
+    ];
+    for (name, bytes, needle) in cases {
+        let p = d.path().join(format!("{name}.ipuexe"));
+        std::fs::write(&p, bytes).unwrap();
+        for cmd in ["run", "inspect"] {
+            let (code, _, err) =
+                run(bin().arg(cmd).arg(&p).args(if cmd == "run" { vec!["--device", "sim"] } else { vec![] }));
+            assert_eq!(code, 2, "{cmd} {name}: {err}");
+            assert!(err.contains(needle) && err.contains(&format!("{name}.ipuexe")), "{cmd} {name}: {err}");
+        }
+    }
+}
+
+#[test]
+fn malformed_models_name_file_line_and_problem_and_leave_no_package() {
+    let d = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(example()).unwrap();
+    let cases = [
+        (base.replace("b = \"B\"", "b = \"Bx\""), "field `b`: unknown tensor `Bx`"),
+        (base.replace("op = \"matmul\"", "op = \"conv\""), "unknown op `conv`"),
+        (base.replace("shape = [100, 72]", "shape = [99, 72]"), "shape mismatch"),
+        (base.replace("accumulate = \"f16\"", "accumulate = \"f32\""), "unsupported dtype combination"),
+        (
+            base.replace("dtype = \"f16\"\nshape = [200, 100]", "dtype = \"f32\"\nshape = [200, 100]"),
+            "unsupported dtype combination",
+        ),
+        (base.replace("name = \"matmul\"", "name = \"matmul\"\nbogus = 1"), "unknown field `bogus`"),
+        ("name = [".to_string(), "m.toml:1:"),
+    ];
+    for (src, needle) in cases {
+        let model = d.path().join("m.toml");
+        std::fs::write(&model, &src).unwrap();
+        let out = d.path().join("bad.ipuexe");
+        let (code, _, err) = run(bin().arg("build").arg(&model).arg("-o").arg(&out));
+        assert_eq!(code, 2, "{needle}: {err}");
+        assert!(
+            err.contains(needle) && err.contains("m.toml:"),
+            "expected `{needle}` with file:line in: {err}"
+        );
+        assert!(!out.exists(), "a failed build left a package behind");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn missing_and_mismatched_inputs_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let pkg = build_to(d.path(), 2, 16);
+    let (code, _, err) =
+        run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--input", "A=/nonexistent/a.npy"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/a.npy"), "{err}");
+    let (code, _, err) = run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--input", "Q=x.npy"]));
+    assert_eq!(code, 2, "{err}");
+    // A real .npy with the wrong shape: write one through a run's output directory.
+    let out = d.path().join("o");
+    let (code, _, err) = run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--output-dir"]).arg(&out));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(bin()
+        .arg("run")
+        .arg(&pkg)
+        .args(["--device", "sim", "--input"])
+        .arg(format!("A={}", out.join("C.npy").display())));
+    assert_eq!(code, 2);
+    assert!(err.contains("input `A` must be f16 [200, 100]"), "{err}");
+}
+
+#[test]
+fn inputs_from_files_round_trip() {
+    let d = tempfile::tempdir().unwrap();
+    let pkg = build_to(d.path(), 2, 32);
+    let out = d.path().join("o");
+    assert_eq!(
+        run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--seed", "9", "--output-dir"]).arg(&out)).0,
+        0
+    );
+    let first = std::fs::read(out.join("C.npy")).unwrap();
+    // Same seed → same generated inputs → same output bytes.
+    assert_eq!(
+        run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--seed", "9", "--output-dir"]).arg(&out)).0,
+        0
+    );
+    assert_eq!(std::fs::read(out.join("C.npy")).unwrap(), first);
+}
+
+#[test]
+fn real_device_absent_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let pkg = build_to(d.path(), 2, 8);
+    let (code, _, err) = run(bin().arg("run").arg(&pkg).args(["--device", "/dev/ipu0"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot open IPU device /dev/ipu0"), "{err}");
+}
+
+#[test]
+fn asm_and_disasm_round_trip() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("p.s");
+    std::fs::write(&src, "main:\n  setzi $m1, 10\n  { nop ; fnop }\n").unwrap();
+    let (code, _, err) = run(bin().arg("asm").arg(&src).arg("-o").arg(d.path().join("x.bin")));
+    assert_eq!(code, 2);
+    assert!(err.contains("line 3: bundle at 0x4c004 is not 8-byte aligned"), "{err}");
+    std::fs::write(
+        &src,
+        "main:\n  setzi $m1, 10\n  nop\n  { ld64pi $a0, $m1, 8 ; f16v4add $a2, $a0, $a0 }\n  sync 15\n",
+    )
+    .unwrap();
+    let bin_path = d.path().join("p.bin");
+    let (code, _, err) = run(bin().arg("asm").arg(&src).arg("-o").arg(&bin_path));
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(bin().arg("disasm").arg(&bin_path));
+    assert_eq!(code, 0);
+    assert!(out.contains("setzi $m1, 10"), "{out}");
+    assert!(out.contains("{ ld64pi $a0, $m1, 8 ; f16v4add $a2, $a0, $a0 }"), "{out}");
+    assert!(out.contains("sync 15"), "{out}");
+}
