@@ -162,7 +162,7 @@ impl Package {
                 }
             }
         }
-        if !in_tile_memory(self.host.mailbox, 4) || self.host.mailbox % 4 != 0 {
+        if !in_tile_memory(self.host.mailbox, 4) || !self.host.mailbox.is_multiple_of(4) {
             return bad(format!("host mailbox {:#x} not a word of tile memory", self.host.mailbox));
         }
         if !self.host.calls.iter().any(|c| c.name == "run") {

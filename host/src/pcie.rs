@@ -26,7 +26,9 @@ pub const CONFIG_BAR_SIZE: usize = 0x80000;
 
 /// The request code of an argument-less ioctl (`_IO(magic, nr)` on Linux).
 pub const fn request_none(nr: u8) -> u64 {
-    nix::request_code_none!(IOCTL_MAGIC, nr) as u64
+    #[allow(clippy::unnecessary_cast, reason = "the macro's type differs by platform")]
+    let code = nix::request_code_none!(IOCTL_MAGIC, nr) as u64;
+    code
 }
 
 mod ioctls {
@@ -84,7 +86,7 @@ impl Device for PcieDevice {
     }
     fn write_config(&mut self, register: u32, value: u32) -> Result<(), DeviceError> {
         let r = register as usize;
-        if r % 4 != 0 || r + 4 > CONFIG_BAR_SIZE {
+        if !r.is_multiple_of(4) || r + 4 > CONFIG_BAR_SIZE {
             return Err(DeviceError::Request(format!(
                 "config register {register:#x} outside the config BAR"
             )));

@@ -110,12 +110,15 @@ pub fn matmul_device(
     (c, e, m, n)
 }
 
+/// Device-precision tensors and f64 values by tensor name.
+pub type Evaluated = (BTreeMap<String, HostTensor>, BTreeMap<String, Vec<f64>>);
+
 /// Evaluate every op of the graph; returns device-precision values and f64 values per tensor.
 pub fn evaluate(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
     grids: &[[u32; 3]],
-) -> Result<(BTreeMap<String, HostTensor>, BTreeMap<String, Vec<f64>>), String> {
+) -> Result<Evaluated, String> {
     let mut vals = inputs.clone();
     let mut exact = BTreeMap::new();
     for (i, op) in g.ops.iter().enumerate() {

@@ -236,7 +236,9 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
             for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
                 let err = (g - w).abs() as f64;
                 let same_nan = g.is_nan() && w.is_nan();
-                if !same_nan && !(err <= 1e-3 * (1.0 + w.abs() as f64)) {
+                // `err` may be NaN (one side NaN): that is a mismatch too.
+                let within = err <= 1e-3 * (1.0 + w.abs() as f64);
+                if !same_nan && !within {
                     ok = false;
                 }
                 if !same_nan {
