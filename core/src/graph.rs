@@ -17,6 +17,8 @@ pub struct Tensor {
     pub dtype: DType,
     /// Shape (row-major).
     pub shape: Vec<u64>,
+    /// FP8 only: a code `c` stands for the value `c × 2^scale` (a cast stores `round(x / 2^scale)`).
+    pub scale: i8,
 }
 
 impl Tensor {
@@ -41,6 +43,18 @@ pub enum OpKind {
         transpose_b: bool,
         /// Partial-sum type.
         accumulate: DType,
+        /// Scalar applied to the product.
+        alpha: Option<f32>,
+    },
+    /// `output = cast(input)` to the output's dtype and scale.
+    Cast {
+        /// Source.
+        input: TensorId,
+    },
+    /// Softmax over the last axis, statistics in f32.
+    Softmax {
+        /// Source.
+        input: TensorId,
     },
 }
 
@@ -79,12 +93,38 @@ impl Graph {
     }
 }
 
-/// Matmul dimensions after transposes: `[M, K] · [K, N]`.
+/// Matmul dimensions of rank-2 operands after transposes: `[M, K] · [K, N]`.
 pub fn matmul_dims(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> Option<(u64, u64, u64)> {
     if a.shape.len() != 2 || b.shape.len() != 2 {
         return None;
     }
-    let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-    let (k2, n) = if tb { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
-    (k == k2).then_some((m, k, n))
+    matmul_shape(a, b, ta, tb).map(|(_, m, k, n)| (m, k, n))
+}
+
+/// Batched matmul shape: `[..., M, K] · [..., K, N]` with the leading dimensions broadcast as
+/// NumPy does. Returns (batch shape, M, K, N).
+pub fn matmul_shape(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> Option<(Vec<u64>, u64, u64, u64)> {
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    if ra < 2 || rb < 2 {
+        return None;
+    }
+    let (m, k) = if ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
+    let (k2, n) = if tb { (b.shape[rb - 1], b.shape[rb - 2]) } else { (b.shape[rb - 2], b.shape[rb - 1]) };
+    if k != k2 {
+        return None;
+    }
+    let (ba, bb) = (&a.shape[..ra - 2], &b.shape[..rb - 2]);
+    let len = ba.len().max(bb.len());
+    let mut batch = Vec::with_capacity(len);
+    for i in 0..len {
+        let da = if i + ba.len() >= len { ba[i + ba.len() - len] } else { 1 };
+        let db = if i + bb.len() >= len { bb[i + bb.len() - len] } else { 1 };
+        batch.push(match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        });
+    }
+    Some((batch, m, k, n))
 }

@@ -194,7 +194,7 @@ fn resolve_bindings(g: &ipu_core::graph::Graph, plan: &plan::Plan, linked: &[Lin
                 shape: t.shape.clone(),
                 direction: b.direction,
                 transpose: b.transpose,
-                scale: 0,
+                scale: t.scale,
                 slices: b
                     .slices
                     .iter()

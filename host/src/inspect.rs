@@ -54,7 +54,8 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
     println!("bindings:");
     for b in &pkg.bindings {
         let dir = if b.direction == Direction::Input { "input " } else { "output" };
-        println!("  {dir} {:<12} {} {:?} slices={}", b.name, b.dtype.name(), b.shape, b.slices.len());
+        let t = if b.transpose { " transposed" } else { "" };
+        println!("  {dir} {:<12} {} {:?} slices={}{t}", b.name, b.dtype.name(), b.shape, b.slices.len());
     }
     println!("calls:");
     for c in &pkg.host.calls {

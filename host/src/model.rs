@@ -1,7 +1,7 @@
 //! Model files (TOML, docs/model-format.md) → graph IR, with errors that name file, line, op,
 //! field and tensor.
 
-use ipu_core::graph::{matmul_dims, Graph, Op, OpKind, Tensor, TensorId};
+use ipu_core::graph::{matmul_shape, Graph, Op, OpKind, Tensor, TensorId};
 use ipu_schema::DType;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -129,6 +129,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             name: name.clone(),
             dtype,
             shape: shape.iter().map(|d| *d as u64).collect(),
+            scale: 0,
         });
         g.inputs.push(TensorId(g.tensors.len() as u32 - 1));
     }
@@ -172,7 +173,6 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             "matmul" => {
                 reject(op.input.is_some(), "input", sop.span())?;
                 reject(op.scale.is_some(), "scale", sop.span())?;
-                reject(op.alpha.is_some(), "alpha", sop.span())?;
                 let a = tensor(&op.a, "a", &g)?;
                 let b = tensor(&op.b, "b", &g)?;
                 let out_dtype = dtype(&op.dtype, "dtype")?;
@@ -180,46 +180,116 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let ta = op.transpose_a.as_ref().map(|s| *s.get_ref()).unwrap_or(false);
                 let tb = op.transpose_b.as_ref().map(|s| *s.get_ref()).unwrap_or(false);
                 let (at, bt) = (g.tensor(a), g.tensor(b));
-                for (t, field, s) in [(at, "a", &op.a), (bt, "b", &op.b)] {
-                    if t.dtype != DType::F16 {
-                        return cx.err(s.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                            "{}: unsupported dtype combination: matmul operand `{}` is {}, the AMP path takes f16",
-                            here(field), t.name, t.dtype.name()));
-                    }
+                let fp8 = |d: DType| matches!(d, DType::F8E4M3 | DType::F8E5M2);
+                let both_f16 = at.dtype == DType::F16 && bt.dtype == DType::F16;
+                let both_f8 = fp8(at.dtype) && fp8(bt.dtype);
+                let b_span = op.b.as_ref().map(|s| s.span()).unwrap_or(sop.span());
+                if !both_f16 && !both_f8 {
+                    return cx.err(b_span, format!(
+                        "op {i} (matmul): unsupported dtype combination: a is {}, b is {} (the AMP takes two f16 or two FP8 operands)",
+                        at.dtype.name(), bt.dtype.name()));
                 }
+                let acc_span = op.accumulate.as_ref().map(|s| s.span()).unwrap_or(sop.span());
                 if !matches!(acc, DType::F16 | DType::F32) {
-                    return cx.err(
-                        op.accumulate.as_ref().unwrap().span(),
-                        format!("{}: accumulate must be f16 or f32", here("accumulate")),
-                    );
+                    return cx
+                        .err(acc_span, format!("{}: accumulate must be f16 or f32", here("accumulate")));
+                }
+                if both_f8 && acc != DType::F16 {
+                    return cx.err(acc_span, format!(
+                        "{}: unsupported dtype combination: FP8 operands accumulate in f16 on the AMP (f8v8hihov4amp); accumulate = \"f32\" is not available",
+                        here("accumulate")));
                 }
                 if out_dtype != acc {
-                    return cx.err(op.dtype.as_ref().unwrap().span(), format!(
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
                         "{}: unsupported dtype combination: output {} with accumulate {} (this version needs them equal)",
                         here("dtype"), out_dtype.name(), acc.name()));
                 }
-                let Some((m, k, n)) = matmul_dims(at, bt, ta, tb) else {
-                    return cx.err(
-                        op.b.as_ref().unwrap().span(),
-                        format!(
-                            "op {i} (matmul): shape mismatch: a {:?}{} · b {:?}{} (need rank 2 and equal K)",
-                            at.shape,
-                            if ta { "ᵀ" } else { "" },
-                            bt.shape,
-                            if tb { "ᵀ" } else { "" }
-                        ),
-                    );
+                let Some((mut shape, m, _k, n)) = matmul_shape(at, bt, ta, tb) else {
+                    return cx.err(b_span, format!(
+                        "op {i} (matmul): shape mismatch: a {:?}{} · b {:?}{} (need rank ≥ 2, equal K and broadcastable batch dimensions)",
+                        at.shape, if ta { "ᵀ" } else { "" }, bt.shape, if tb { "ᵀ" } else { "" }));
                 };
-                let _ = k;
-                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: out_dtype, shape: vec![m, n] });
+                let alpha = op.alpha.as_ref().map(|a| *a.get_ref() as f32);
+                if let (Some(a), Some(s)) = (alpha, &op.alpha) {
+                    if !a.is_finite() {
+                        return cx.err(s.span(), format!("{}: alpha must be finite", here("alpha")));
+                    }
+                }
+                shape.extend([m, n]);
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: out_dtype, shape, scale: 0 });
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op {
-                    kind: OpKind::MatMul { a, b, transpose_a: ta, transpose_b: tb, accumulate: acc },
+                    kind: OpKind::MatMul { a, b, transpose_a: ta, transpose_b: tb, accumulate: acc, alpha },
                     output,
                 });
             }
+            "cast" => {
+                for (f, n) in [
+                    (op.a.is_some(), "a"),
+                    (op.b.is_some(), "b"),
+                    (op.accumulate.is_some(), "accumulate"),
+                    (op.alpha.is_some(), "alpha"),
+                    (op.transpose_a.is_some(), "transpose_a"),
+                    (op.transpose_b.is_some(), "transpose_b"),
+                ] {
+                    reject(f, n, sop.span())?;
+                }
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let from = g.tensor(input).dtype;
+                let scale = op.scale.as_ref().map(|s| *s.get_ref()).unwrap_or(0);
+                let scale_span = op.scale.as_ref().map(|s| s.span()).unwrap_or(sop.span());
+                if !(-32..=31).contains(&scale) {
+                    return cx.err(scale_span, format!("{}: scale {scale} not in -32..31", here("scale")));
+                }
+                let fp8 = |d: DType| matches!(d, DType::F8E4M3 | DType::F8E5M2);
+                if scale != 0 && !fp8(to) {
+                    return cx
+                        .err(scale_span, format!("{}: a scale applies only to casts to FP8", here("scale")));
+                }
+                if !(from == DType::F16 && fp8(to)) && !(fp8(from) && to == DType::F16) {
+                    return cx.err(
+                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                        format!(
+                        "{}: unsupported dtype combination: cast {} → {} (supported: f16 ↔ f8e4m3/f8e5m2)",
+                        here("dtype"), from.name(), to.name()),
+                    );
+                }
+                let shape = g.tensor(input).shape.clone();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: scale as i8 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Cast { input }, output });
+            }
+            "softmax" => {
+                for (f, n) in [
+                    (op.a.is_some(), "a"),
+                    (op.b.is_some(), "b"),
+                    (op.accumulate.is_some(), "accumulate"),
+                    (op.alpha.is_some(), "alpha"),
+                    (op.scale.is_some(), "scale"),
+                    (op.transpose_a.is_some(), "transpose_a"),
+                    (op.transpose_b.is_some(), "transpose_b"),
+                ] {
+                    reject(f, n, sop.span())?;
+                }
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let from = g.tensor(input).dtype;
+                if from != DType::F16 || to != DType::F16 {
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                        "{}: unsupported dtype combination: softmax {} → {} (supported: f16 → f16, statistics in f32)",
+                        here("dtype"), from.name(), to.name()));
+                }
+                let shape = g.tensor(input).shape.clone();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Softmax { input }, output });
+            }
             other => {
-                return cx.err(op.op.span(), format!("op {i}: unknown op `{other}` (supported: matmul)"))
+                return cx.err(
+                    op.op.span(),
+                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax)"),
+                )
             }
         }
     }

@@ -84,10 +84,21 @@ pub fn generated(b: &Binding, seed: u64) -> HostTensor {
     HostTensor { dtype: b.dtype, shape: b.shape.clone(), data }
 }
 
+/// Tensor bytes in the binding's element order: with `transpose`, each matrix of the last two
+/// dimensions is transposed (`[..., r, c]` → `[..., c, r]`).
 fn to_bytes(t: &HostTensor, transpose: bool) -> Vec<u8> {
+    let r = t.shape.len();
     let (rows, cols) =
-        if t.shape.len() == 2 { (t.shape[0] as usize, t.shape[1] as usize) } else { (1, t.data.len()) };
-    let at = |i: usize| if transpose { t.data[(i % rows) * cols + i / rows] } else { t.data[i] };
+        if r >= 2 { (t.shape[r - 2] as usize, t.shape[r - 1] as usize) } else { (1, t.data.len()) };
+    let mat = rows * cols;
+    let at = |i: usize| {
+        if !transpose {
+            return t.data[i];
+        }
+        // Output position j = c·rows + r of matrix m reads input (r, c) of the same matrix.
+        let (m, j) = (i / mat, i % mat);
+        t.data[m * mat + (j % rows) * cols + j / rows]
+    };
     let mut out = Vec::with_capacity(t.data.len() * t.dtype.size());
     for i in 0..t.data.len() {
         let v = at(i);
@@ -246,7 +257,20 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
                         outcome.max_abs_error.max(if err.is_nan() { f64::INFINITY } else { err });
                 }
                 if let Some(e) = exact.get(&b.name) {
-                    outcome.max_abs_error_f64 = outcome.max_abs_error_f64.max((*g as f64 - e[i]).abs());
+                    let dev = match b.dtype {
+                        DType::F8E4M3 | DType::F8E5M2 => {
+                            let f = if b.dtype == DType::F8E5M2 {
+                                ipu_core::fp8::Fp8Format::E5M2
+                            } else {
+                                ipu_core::fp8::Fp8Format::E4M3
+                            };
+                            ipu_core::fp8::to_f32(*g as u8, f) as f64 * 2f64.powi(b.scale as i32)
+                        }
+                        _ => *g as f64,
+                    };
+                    if !dev.is_nan() {
+                        outcome.max_abs_error_f64 = outcome.max_abs_error_f64.max((dev - e[i]).abs());
+                    }
                 }
             }
             last_outputs.insert(b.name.clone(), got);

@@ -118,8 +118,21 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
         let _ = writeln!(text, ".equ {n}, {a:#x}");
     }
     text.push_str(code);
-    for b in buffers.iter().filter(|b| !b.init.is_empty()) {
-        let _ = writeln!(text, ".org {}", b.name);
+    // Initialised buffers in address order; adjacent ones share one segment (the assembler has a
+    // fixed segment capacity, and fewer segments make smaller images).
+    let mut init: Vec<&Buffer> = buffers.iter().filter(|b| !b.init.is_empty()).collect();
+    init.sort_by_key(|b| addr_of[&b.name]);
+    let mut cur_end = None;
+    for b in init {
+        let a = addr_of[&b.name];
+        // Only exactly adjacent buffers share a segment: a gap may hold another (zero) buffer.
+        match cur_end {
+            Some(e) if a == e => {}
+            _ => {
+                let _ = writeln!(text, ".org {}", b.name);
+            }
+        }
+        cur_end = Some(a + 4 * b.init.len() as u32);
         for w in &b.init {
             match w {
                 Word::Const(v) => {

@@ -57,6 +57,11 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         AmpF32 => "k_amp_f32",
         AddF16 => "k_add_f16",
         AddF32 => "k_add_f32",
+        AmpF8 => "k_amp_f8",
+        CastF16ToF8 => "k_cast_f16_f8",
+        CastF8ToF16 => "k_cast_f8_f16",
+        ScaleF16 => "k_scale_f16",
+        SoftmaxF16 => "k_softmax_f16",
     }
 }
 
@@ -66,8 +71,172 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
     let (tpl, op) = match k {
         AmpF16 => (AMP, "f16amp"),
         AmpF32 => (AMP, "f32amp"),
+        AmpF8 => (AMP, "f8amp"),
         AddF16 => (ADD, "f16v4add"),
         AddF32 => (ADD, "f32v2add"),
+        CastF16ToF8 => (CAST, CAST_TO_F8),
+        CastF8ToF16 => (CAST, CAST_TO_F16),
+        ScaleF16 => (SCALE, ""),
+        SoftmaxF16 => (SOFTMAX, ""),
     };
-    tpl.replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
+    tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
 }
+
+/// f16 → FP8 (or back) over chunks of four values; descriptor (src, dst, chunks, fmt | scale << 8).
+const CAST: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m4, $m6, $m15, 4
+    ld32 $m2, $m6, $m15, 8
+    ld32 $m5, $m6, $m15, 12
+    and $m7, $m5, 255
+    uput 9, $m7
+    setzi $m8, 8
+    shr $m7, $m5, $m8
+    uput 10, $m7
+    brz $m2, {NAME}_done
+    add $m2, $m2, -1
+{NAME}_loop:
+{BODY}
+    brnzdec $m2, {NAME}_loop
+{NAME}_done:
+    exit
+";
+
+const CAST_TO_F8: &str = "    ld64pi $a0, $m3, 8
+    f16v4tof8 $a2, $a0
+    sta32 $a2, $m4, $m15, 0
+    add $m4, $m4, 4";
+
+const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
+    f8v4tof16 $a2, $a0
+    st64pi $a2, $m4, 8
+    add $m3, $m3, 4";
+
+/// In-place `x = f16(alpha · f32(x))`; descriptor (ptr, chunks of four halves, alpha bits, 0).
+const SCALE: &str = "
+.align 8
+k_scale_f16:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m2, $m6, $m15, 4
+    lda32 $a6, $m6, $m15, 8
+    lda32 $a7, $m6, $m15, 8
+    brz $m2, k_scale_f16_done
+    add $m2, $m2, -1
+k_scale_f16_loop:
+    ld64 $a0, $m3, $m15, 0
+    f16v2tof32 $a2, $a0
+    f16v2tof32 $a4, $a1
+    f32v2mul $a2, $a2, $a6
+    f32v2mul $a4, $a4, $a6
+    f32v2tof16 $a0, $a2
+    f32v2tof16 $a1, $a4
+    st64pi $a0, $m3, 8
+    brnzdec $m2, k_scale_f16_loop
+k_scale_f16_done:
+    exit
+";
+
+/// Row softmax (docs/kernels.md). Descriptor, 32 bytes per worker: source row, source block jump,
+/// destination row, destination block jump, rows, N − 1, padding elements, destination block
+/// elements. Max, then the sum of exp(x − max), then exp(x − max) / sum, all in f32 in column
+/// order; padding columns of the destination are written as zeros.
+const SOFTMAX: &str = "
+.align 8
+k_softmax_f16:
+    shl $m6, $m0, 5
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m5, $m6, $m15, 4
+    ld32 $m4, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    ld32 $m2, $m6, $m15, 16
+    ld32 $m8, $m6, $m15, 20
+    ld32 $m9, $m6, $m15, 24
+    ld32 $m10, $m6, $m15, 28
+    setzi $m14, 0
+    seths $m14, 0xff80
+    movam $a15, $m14
+    setzi $m14, 0
+    movam $a14, $m14
+    add $m14, $m10, $m10
+    brz $m2, sm_done
+sm_row:
+    or $m11, $m3, $m15
+    setzi $m12, 16
+    or $m13, $m8, $m15
+    f32add $a4, $a15, $a14
+sm_p1:
+    ldh16 $a0, $m11, $m15, 0
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    add $m11, $m11, 2
+    add $m12, $m12, -1
+    brnz $m12, sm_p1_next
+    add $m11, $m11, $m5
+    setzi $m12, 16
+sm_p1_next:
+    brnzdec $m13, sm_p1
+    or $m11, $m3, $m15
+    setzi $m12, 16
+    or $m13, $m8, $m15
+    f32add $a5, $a14, $a14
+sm_p2:
+    ldh16 $a0, $m11, $m15, 0
+    f16v2tof32 $a2, $a0
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32add $a5, $a5, $a2
+    add $m11, $m11, 2
+    add $m12, $m12, -1
+    brnz $m12, sm_p2_next
+    add $m11, $m11, $m5
+    setzi $m12, 16
+sm_p2_next:
+    brnzdec $m13, sm_p2
+    or $m11, $m3, $m15
+    setzi $m12, 16
+    or $m13, $m8, $m15
+    or $m0, $m4, $m15
+    or $m1, $m10, $m15
+sm_p3:
+    ldh16 $a0, $m11, $m15, 0
+    f16v2tof32 $a2, $a0
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32div $a2, $a2, $a5
+    f32v2tof16 $a6, $a2
+    sth16 $a6, $m0, $m15, 0
+    add $m0, $m0, 2
+    add $m1, $m1, -1
+    brnz $m1, sm_p3_dst
+    add $m0, $m0, $m7
+    or $m1, $m10, $m15
+sm_p3_dst:
+    add $m11, $m11, 2
+    add $m12, $m12, -1
+    brnz $m12, sm_p3_next
+    add $m11, $m11, $m5
+    setzi $m12, 16
+sm_p3_next:
+    brnzdec $m13, sm_p3
+    or $m13, $m9, $m15
+    brz $m13, sm_row_end
+sm_pad:
+    sth16 $a14, $m0, $m15, 0
+    add $m0, $m0, 2
+    add $m13, $m13, -1
+    brnz $m13, sm_pad
+sm_row_end:
+    add $m3, $m3, 32
+    add $m4, $m4, $m14
+    add $m2, $m2, -1
+    brnz $m2, sm_row
+sm_done:
+    exit
+";

@@ -101,6 +101,9 @@ pub fn tile_code(plan: &TilePlan) -> String {
                 );
             }
             Step::Sync => s.push_str("    sync 3\n"),
+            Step::SetCsr(c, v) => {
+                let _ = write!(s, "    setzi $m1, {v}\n    put {c:#x}, $m1\n");
+            }
             Step::Exchange(events) => exchange(&mut s, events),
         }
     }

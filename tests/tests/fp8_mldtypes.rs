@@ -12,7 +12,11 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn fmt(name: &str) -> Fp8Format {
-    if name == "e4m3" { Fp8Format::E4M3 } else { Fp8Format::E5M2 }
+    if name == "e4m3" {
+        Fp8Format::E4M3
+    } else {
+        Fp8Format::E5M2
+    }
 }
 
 #[test]
@@ -24,7 +28,9 @@ fn every_f16_and_every_code_matches_ml_dtypes() {
         let [dir, name, scale, digest] = parts[..] else { panic!("bad line {line}") };
         let scale: i32 = scale.parse().unwrap();
         let table: Vec<u8> = match dir {
-            "encode" => (0..=u16::MAX).map(|b| fp8::from_f16_scaled(f16::from_bits(b), fmt(name), scale)).collect(),
+            "encode" => {
+                (0..=u16::MAX).map(|b| fp8::from_f16_scaled(f16::from_bits(b), fmt(name), scale)).collect()
+            }
             "decode" => (0..=255u8)
                 .flat_map(|c| {
                     let h = fp8::to_f16_scaled(c, fmt(name), scale);
@@ -48,7 +54,7 @@ fn hand_checked_edge_cases() {
     assert_eq!(fp8::from_f32(2f32.powi(-11), e4), 0x00);
     assert_eq!(fp8::from_f32(3.0 * 2f32.powi(-11), e4), 0x02); // 1.5 quanta: tie to even 2
     assert_eq!(fp8::from_f32(-2f32.powi(-12), e4), 0x00); // rounds to zero: no negative zero
-    // Ties between normals: 1.0625 is halfway between 1.0 (0x40) and 1.125 (0x41): even is 0x40.
+                                                          // Ties between normals: 1.0625 is halfway between 1.0 (0x40) and 1.125 (0x41): even is 0x40.
     assert_eq!(fp8::from_f32(1.0625, e4), 0x40);
     assert_eq!(fp8::from_f32(1.1875, e4), 0x42);
     // Overflow with scale: 1.0 / 2^-8 = 256 > 240 → NaN; with scale 0 it is exact.

@@ -133,6 +133,8 @@ table! {
     MovAM = "movam", 0x9E00_0000, Mrf, Any, ONE, Model, [a("dst", 0), m("src", 4)], x::movam;
     MovMA = "movma", 0x9E10_0000, Mrf, Any, ONE, Model, [m("dst", 0), a("src", 4)], x::movma;
     SetHi = "seths", 0x9E20_0000, Mrf, Any, ONE, Model, [m("dst", 0), u("imm", 4, 16)], x::seths;
+    Sth16 = "sth16", 0x9E30_0000, Mrf, Any, ONE, Model,
+        [a("src", 0), m("base", 4), m("delta", 8), scaled(u("offset", 12, 8), 2)], x::sth16;
 
     // ---- model: control and system -------------------------------------------------------
     Exit = "exit", 0xA000_0000, Sys, Worker, ONE, Model, [], x::exit;

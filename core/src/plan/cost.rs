@@ -17,7 +17,10 @@ pub struct Cost {
 pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
     match kernel {
         // setup 10 (shl, add, 4×ld32, 2×ld64pi, nop, rpt) + 4 per row incl. the flush row + 2.
-        Kernel::AmpF16 | Kernel::AmpF32 => 10 + 4 * count as u64 + 2,
+        Kernel::AmpF16 | Kernel::AmpF32 | Kernel::AmpF8 => 10 + 4 * count as u64 + 2,
+        Kernel::CastF16ToF8 | Kernel::CastF8ToF16 | Kernel::ScaleF16 | Kernel::SoftmaxF16 => {
+            chain_issues(kernel, count as u64)
+        }
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -28,6 +31,42 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
             }
         }
     }
+}
+
+/// Worker issues of the elementwise chain kernels for `chunks` chunks (four values each).
+pub fn chain_issues(kernel: Kernel, chunks: u64) -> u64 {
+    match kernel {
+        // 12 setup up to brz; add; 5 per chunk; exit.
+        Kernel::CastF16ToF8 | Kernel::CastF8ToF16 => {
+            if chunks == 0 {
+                13
+            } else {
+                14 + 5 * chunks
+            }
+        }
+        // 7 up to brz; add; 9 per chunk; exit.
+        Kernel::ScaleF16 => {
+            if chunks == 0 {
+                8
+            } else {
+                9 + 9 * chunks
+            }
+        }
+        other => kernel_issues(other, chunks as u32),
+    }
+}
+
+/// Worker issues of the softmax kernel for `rows` rows of `n` values (`be` per destination block,
+/// `pad` zeroed columns): three passes over the row, block jumps every 16 source values.
+pub fn softmax_issues(rows: u64, n: u64, be: u64, pad: u64) -> u64 {
+    let jumps = n.saturating_sub(1) / 16;
+    let dst_jumps = n.saturating_sub(1) / be;
+    let p1 = 4 + 7 * n + 2 * jumps;
+    let p2 = 4 + 10 * n + 2 * jumps;
+    let p3 = 5 + 16 * n + 2 * jumps + 2 * dst_jumps;
+    let pad_cost = 2 + 4 * pad;
+    let per_row = p1 + p2 + p3 + pad_cost + 4;
+    17 + rows * per_row + 1
 }
 
 /// Cycles from `runall` to the supervisor's next instruction after `sync 2`, when the slowest
@@ -63,6 +102,7 @@ pub fn predict(
         for (si, step) in t.steps.iter().enumerate() {
             match step {
                 Step::LoadWeights(..) => time += 1 + CWEI_LOAD_CYCLES as u64,
+                Step::SetCsr(..) => time += 2,
                 Step::RunAll(..) => time += 2 + runall_cycles(runall_issues(ti, si)),
                 Step::Sync | Step::Exchange(_) => {
                     if let Step::Exchange(_) = step {

@@ -2,6 +2,7 @@
 //! The plan is symbolic (buffer names, not addresses): `ipu-linker` places the buffers and
 //! `ipu-runtime-tile` turns the steps into code.
 
+pub mod chain;
 pub mod cost;
 pub mod exchange;
 pub mod matmul;
@@ -58,6 +59,16 @@ pub enum Kernel {
     AddF16,
     /// Same over f32.
     AddF32,
+    /// AMP rows, FP8 operands, f16 partials (same descriptor as `AmpF16`).
+    AmpF8,
+    /// f16 → FP8, four values per chunk (descriptor: src, dst, chunks, format | scale << 8).
+    CastF16ToF8,
+    /// FP8 → f16, four values per chunk (same descriptor).
+    CastF8ToF16,
+    /// In-place `x = f16(alpha · f32(x))` over f16 chunks (descriptor: ptr, chunks, alpha bits, 0).
+    ScaleF16,
+    /// Row softmax from the matmul output layout into the operand layout (docs/kernels.md).
+    SoftmaxF16,
 }
 
 /// One step of a tile's `run` call.
@@ -71,6 +82,8 @@ pub enum Step {
     Sync,
     /// Timed exchange code, then an internal sync.
     Exchange(Vec<exchange::Event>),
+    /// Write a supervisor CSR (FP8 formats and scale of the AMP).
+    SetCsr(u32, u32),
 }
 
 /// One tile's program.
@@ -180,20 +193,20 @@ pub struct PlanOptions {
     pub grid: Option<[u32; 3]>,
 }
 
-/// Plan a graph. This version supports graphs of one matmul.
+/// Plan a graph: a single rank-2 f16 matmul without `alpha` gets the matmul planner (any grid,
+/// K split over the exchange); everything else the row-chain planner (`chain.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
-    if graph.ops.len() != 1 {
-        return Err(PlanError::Unsupported(
-            graph.ops.len().min(1),
-            alloc::format!(
-                "this version plans exactly one matmul per model (model has {} ops)",
-                graph.ops.len()
-            ),
-        ));
+    let simple = graph.ops.len() == 1
+        && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha: None, .. }
+            if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
+            && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16);
+    if !simple {
+        return chain::plan(graph, opts);
     }
     let op = &graph.ops[0];
     match op.kind {
-        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate } => {
+        OpKind::Cast { .. } | OpKind::Softmax { .. } => unreachable!("checked above"),
+        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, .. } => {
             let out = graph.tensor(op.output);
             if out.dtype != accumulate || !matches!(accumulate, DType::F16 | DType::F32) {
                 return Err(PlanError::Unsupported(0, alloc::format!(

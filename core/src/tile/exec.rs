@@ -361,6 +361,13 @@ pub(crate) fn ldh16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     cx.regs.a[a[0] as usize] = mem::ld16(cx.mem, ea(cx, a))? as u32;
     Ok(Flow::Next)
 }
+pub(crate) fn sth16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addr = ea(cx, a);
+    let o = mem::offset(addr, 2, 2)?;
+    let v = cx.regs.a[a[0] as usize] as u16;
+    cx.mem[o..o + 2].copy_from_slice(&v.to_le_bytes());
+    Ok(Flow::Next)
+}
 pub(crate) fn ld64(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let v = mem::ld64(cx.mem, ea(cx, a))?;
     cx.set_pair(a[0], v);

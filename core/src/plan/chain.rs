@@ -1,0 +1,502 @@
+//! The row-chain planner (docs/kernels.md): graphs whose ops each consume the previous op's
+//! output row by row — casts, matmuls against "side" operands (model inputs, or casts of them),
+//! softmax — are mapped by (batch entry, block of rows): every tile runs the whole chain for its
+//! rows, so the chain needs no exchange. Side operands are loaded per batch entry by the host.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use ipu_schema::{DType, Direction};
+
+use super::cost::{self, chain_issues};
+use super::{
+    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
+};
+use crate::graph::{matmul_shape, Graph, OpKind, TensorId};
+use crate::target::{csr, WORKERS};
+
+const SCRATCH: u64 = 40;
+const SLACK: u64 = 96;
+const ROW: u64 = 32;
+
+/// Where a row tensor lives on a tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// `[column block][row][be elements]`: matmul operand (32-byte chunks), cast and softmax output.
+    Blocks { be: u64, elt: u64 },
+    /// Matmul output: `[column block][worker: 40-byte scratch, rows × 32 bytes]`.
+    Out { cols: u64, elt: u64 },
+}
+
+fn is_fp8(d: DType) -> bool {
+    matches!(d, DType::F8E4M3 | DType::F8E5M2)
+}
+
+fn fmt_bit(d: DType) -> u32 {
+    u32::from(d == DType::F8E5M2)
+}
+
+fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
+    let base = total / parts;
+    let extra = total % parts;
+    let start = i * base + i.min(extra);
+    (start, start + base + u64::from(i < extra))
+}
+
+fn unsupported<T>(op: usize, what: String) -> Result<T, PlanError> {
+    Err(PlanError::Unsupported(op, what))
+}
+
+/// The row operand of an op.
+fn row_input(kind: &OpKind) -> TensorId {
+    match kind {
+        OpKind::MatMul { a, .. } => *a,
+        OpKind::Cast { input } | OpKind::Softmax { input } => *input,
+    }
+}
+
+/// Plan a row chain.
+pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    // Side casts: casts whose output is some matmul's right operand.
+    let sides: Vec<TensorId> = g
+        .ops
+        .iter()
+        .filter_map(|o| if let OpKind::MatMul { b, .. } = o.kind { Some(b) } else { None })
+        .collect();
+    let mut side_casts = Vec::new();
+    let mut chain = Vec::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        match op.kind {
+            OpKind::Cast { input } if sides.contains(&op.output) => {
+                if !g.inputs.contains(&input) {
+                    return unsupported(i, "a cast feeding a matmul's `b` must read a model input".into());
+                }
+                side_casts.push(i);
+            }
+            _ => chain.push(i),
+        }
+    }
+    if chain.is_empty() {
+        return unsupported(0, "no op produces a row result".into());
+    }
+    let first = row_input(&g.ops[chain[0]].kind);
+    if !g.inputs.contains(&first) {
+        return unsupported(chain[0], "the first op must read a model input".into());
+    }
+    for w in chain.windows(2) {
+        if row_input(&g.ops[w[1]].kind) != g.ops[w[0]].output {
+            return unsupported(w[1], format!(
+                "this version plans chains where each op consumes the previous op's output (op {} reads `{}`)",
+                w[1], g.tensor(row_input(&g.ops[w[1]].kind)).name));
+        }
+    }
+    let r0 = g.tensor(first);
+    let rank = r0.shape.len();
+    if rank < 2 {
+        return unsupported(chain[0], format!("`{}` must have rank ≥ 2 (rows × columns)", r0.name));
+    }
+    let batch: Vec<u64> = r0.shape[..rank - 2].to_vec();
+    let nbatch: u64 = batch.iter().product();
+    let m = r0.shape[rank - 2];
+    // Row tensors in order: input, then each chain op's output.
+    let mut rows_t: Vec<TensorId> = vec![first];
+    rows_t.extend(chain.iter().map(|&i| g.ops[i].output));
+    for (&t, op) in rows_t.iter().zip(core::iter::once(&chain[0]).chain(chain.iter())) {
+        let s = &g.tensor(t).shape;
+        if s.len() != rank || s[..rank - 2] != batch[..] || s[rank - 2] != m {
+            return unsupported(
+                *op,
+                format!("`{}` must have batch {batch:?} and {m} rows like `{}`", g.tensor(t).name, r0.name),
+            );
+        }
+    }
+    for &i in &chain {
+        if let OpKind::MatMul { a, b, transpose_a, transpose_b, .. } = g.ops[i].kind {
+            if transpose_a {
+                return unsupported(i, "transpose_a is not supported in a chain".into());
+            }
+            let bt = g.tensor(b);
+            let Some((_, _, k, _)) = matmul_shape(g.tensor(a), bt, false, transpose_b) else {
+                unreachable!("parser checked")
+            };
+            let _ = k;
+            if bt.shape.len() > 2 && bt.shape[..bt.shape.len() - 2] != batch[..] {
+                return unsupported(
+                    i,
+                    format!("`{}` must have the batch dimensions {batch:?} or none", bt.name),
+                );
+            }
+            if !g.inputs.contains(&b) && !side_casts.iter().any(|&c| g.ops[c].output == b) {
+                return unsupported(i, format!("`{}` must be a model input or a cast of one", bt.name));
+            }
+        }
+    }
+    // Layouts, from the last op backwards: a tensor's layout is what its consumer reads.
+    let cols = |t: TensorId| *g.tensor(t).shape.last().unwrap_or(&1);
+    let produced_by_matmul = |t: TensorId| {
+        chain.iter().any(|&i| g.ops[i].output == t && matches!(g.ops[i].kind, OpKind::MatMul { .. }))
+    };
+    let mut layout: BTreeMap<TensorId, Layout> = BTreeMap::new();
+    for (pos, &t) in rows_t.iter().enumerate().rev() {
+        let dt = g.tensor(t).dtype;
+        let own = if produced_by_matmul(t) {
+            Layout::Out { cols: if dt == DType::F32 { 8 } else { 16 }, elt: dt.size() as u64 }
+        } else if let Some(&next) = chain.get(pos) {
+            match g.ops[next].kind {
+                OpKind::MatMul { .. } => {
+                    Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
+                }
+                OpKind::Cast { .. } => match layout[&g.ops[next].output] {
+                    Layout::Blocks { be, .. } => Layout::Blocks { be, elt: dt.size() as u64 },
+                    Layout::Out { .. } => unreachable!("casts do not produce Out"),
+                },
+                OpKind::Softmax { .. } => {
+                    return unsupported(next, "softmax must read a matmul result".into())
+                }
+            }
+        } else {
+            Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
+        };
+        if let (Some(&next), Layout::Out { .. }) = (chain.get(pos), own) {
+            if !matches!(g.ops[next].kind, OpKind::Softmax { .. }) {
+                return unsupported(
+                    next,
+                    "a matmul result may feed only a softmax or be an output in this version".into(),
+                );
+            }
+        }
+        layout.insert(t, own);
+    }
+    // Mapping.
+    let tiles = opts.tiles as u64;
+    if nbatch > tiles {
+        return unsupported(
+            chain[0],
+            format!("{nbatch} batch entries need at least as many tiles (target has {tiles})"),
+        );
+    }
+    let per_batch = (tiles / nbatch).min(m).max(1);
+    let rows_per_tile = m.div_ceil(per_batch);
+    let used_per_batch = m.div_ceil(rows_per_tile);
+    let used = (nbatch * used_per_batch) as usize;
+    let mut plans = vec![TilePlan::default(); opts.tiles];
+    let mut issues: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
+    let name = |t: TensorId| format!("t{}", t.0);
+    for b in 0..nbatch {
+        for i in 0..used_per_batch {
+            let tile = (b * used_per_batch + i) as usize;
+            let (m0, m1) = split(m, used_per_batch, i);
+            let rows = m1 - m0;
+            let wr: Vec<(u64, u64)> = (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect();
+            let p = &mut plans[tile];
+            let mut run = |p: &mut TilePlan, k: Kernel, desc: String, words: Vec<Word>, n: u64| {
+                let bytes = 4 * words.len() as u32;
+                p.buffers.push(Buffer {
+                    name: desc.clone(),
+                    bytes,
+                    align: 16,
+                    kind: MemKind::Descriptor,
+                    init: words,
+                });
+                issues.insert((tile, p.steps.len()), n);
+                p.steps.push(Step::RunAll(k, desc));
+            };
+            // Row tensor buffers and bindings of inputs / outputs.
+            for &t in &rows_t {
+                let c = cols(t);
+                let (bytes, tslices) = match layout[&t] {
+                    Layout::Blocks { be, elt } => {
+                        let cb = c.div_ceil(be);
+                        let sl = (0..cb)
+                            .map(|k| SliceRef {
+                                tile: tile as u16,
+                                buffer: name(t),
+                                offset: (k * rows * be * elt) as u32,
+                                tensor_offset: ((b * m + m0) * c + k * be) * elt,
+                                rows: rows as u32,
+                                row_bytes: ((c - k * be).min(be) * elt) as u32,
+                                tensor_stride: c * elt,
+                                tile_stride: (be * elt) as u32,
+                            })
+                            .collect::<Vec<_>>();
+                        (cb * rows * be * elt, sl)
+                    }
+                    Layout::Out { cols: oc, elt } => {
+                        let nb = c.div_ceil(oc);
+                        let blk = WORKERS as u64 * SCRATCH + rows * ROW;
+                        let mut sl = Vec::new();
+                        for k in 0..nb {
+                            let mut off = k * blk;
+                            for (w0, w1) in &wr {
+                                if w1 > w0 {
+                                    sl.push(SliceRef {
+                                        tile: tile as u16,
+                                        buffer: name(t),
+                                        offset: (off + SCRATCH) as u32,
+                                        tensor_offset: ((b * m + m0 + w0) * c + k * oc) * elt,
+                                        rows: (w1 - w0) as u32,
+                                        row_bytes: ((c - k * oc).min(oc) * elt) as u32,
+                                        tensor_stride: c * elt,
+                                        tile_stride: ROW as u32,
+                                    });
+                                }
+                                off += SCRATCH + (w1 - w0) * ROW;
+                            }
+                        }
+                        (nb * blk, sl)
+                    }
+                };
+                p.buffers.push(Buffer {
+                    name: name(t),
+                    bytes: (bytes + SLACK) as u32,
+                    align: 16,
+                    kind: MemKind::Tensor,
+                    init: vec![],
+                });
+                if t == first || g.outputs.contains(&t) {
+                    slices.entry(t).or_default().extend(tslices);
+                }
+            }
+            p.buffers.push(Buffer {
+                name: "Z".into(),
+                bytes: ((wr[0].1 - wr[0].0 + 1) * ROW + SLACK) as u32,
+                align: 16,
+                kind: MemKind::Tensor,
+                init: vec![],
+            });
+            // Side operands: weight blocks for each matmul, per batch entry.
+            let mut side_layout: BTreeMap<TensorId, (u64, u64, u64, u64, u64)> = BTreeMap::new(); // be, cols, kb, nb, elt
+            for &ci in &chain {
+                let OpKind::MatMul { a, b: bt, transpose_b, accumulate, .. } = g.ops[ci].kind else {
+                    continue;
+                };
+                let (_, _, k, n) =
+                    matmul_shape(g.tensor(a), g.tensor(bt), false, transpose_b).unwrap_or_default();
+                let fp8 = is_fp8(g.tensor(a).dtype);
+                let be = if fp8 { 32 } else { 16 };
+                let oc = if accumulate == DType::F32 { 8 } else { 16 };
+                let geo = (be, oc, k.div_ceil(be), n.div_ceil(oc), 0);
+                let src = side_casts
+                    .iter()
+                    .find(|&&c| g.ops[c].output == bt)
+                    .map(|&c| row_input(&g.ops[c].kind))
+                    .unwrap_or(bt);
+                for t in [src, bt] {
+                    let elt = g.tensor(t).dtype.size() as u64;
+                    if side_layout.contains_key(&t) {
+                        continue;
+                    }
+                    side_layout.insert(t, (geo.0, geo.1, geo.2, geo.3, elt));
+                    let bytes = geo.2 * geo.3 * be * oc * elt;
+                    p.buffers.push(Buffer {
+                        name: format!("s{}", t.0),
+                        bytes: bytes as u32,
+                        align: 16,
+                        kind: MemKind::Tensor,
+                        init: vec![],
+                    });
+                }
+                let st = g.tensor(src);
+                let sb = if st.shape.len() > 2 { b } else { 0 };
+                let elt = st.dtype.size() as u64;
+                let sl = slices.entry(src).or_default();
+                for kb in 0..geo.2 {
+                    for nb in 0..geo.3 {
+                        sl.push(SliceRef {
+                            tile: tile as u16,
+                            buffer: format!("s{}", src.0),
+                            offset: ((kb * geo.3 + nb) * be * oc * elt) as u32,
+                            tensor_offset: (sb * k * n + kb * be * n + nb * oc) * elt,
+                            rows: (k - kb * be).min(be) as u32,
+                            row_bytes: ((n - nb * oc).min(oc) * elt) as u32,
+                            tensor_stride: n * elt,
+                            tile_stride: (oc * elt) as u32,
+                        });
+                    }
+                }
+            }
+            // Side casts first.
+            for &ci in &side_casts {
+                let out = g.ops[ci].output;
+                let src = row_input(&g.ops[ci].kind);
+                let (be, oc, kb, nb, _) = side_layout[&out];
+                let chunks = kb * nb * be * oc / 4;
+                let words =
+                    cast_desc(&format!("s{}", src.0), &format!("s{}", out.0), chunks, 2, 1, g.tensor(out));
+                let n = cost::chain_issues(Kernel::CastF16ToF8, chunks.div_ceil(WORKERS as u64));
+                run(p, Kernel::CastF16ToF8, format!("d{}", p.steps.len()), words, n);
+            }
+            // The chain.
+            for &ci in &chain {
+                let op = &g.ops[ci];
+                let (src, dst) = (row_input(&op.kind), op.output);
+                match op.kind {
+                    OpKind::Cast { .. } => {
+                        let (Layout::Blocks { be, .. }, Layout::Blocks { .. }) = (layout[&src], layout[&dst])
+                        else {
+                            unreachable!()
+                        };
+                        let chunks = cols(src).div_ceil(be) * rows * be / 4;
+                        let (si, so) = (g.tensor(src).dtype.size() as u64, g.tensor(dst).dtype.size() as u64);
+                        let k = if is_fp8(g.tensor(dst).dtype) {
+                            Kernel::CastF16ToF8
+                        } else {
+                            Kernel::CastF8ToF16
+                        };
+                        let fmt_of = if is_fp8(g.tensor(dst).dtype) { g.tensor(dst) } else { g.tensor(src) };
+                        let words = cast_desc(&name(src), &name(dst), chunks, si, so, fmt_of);
+                        run(
+                            p,
+                            k,
+                            format!("d{}", p.steps.len()),
+                            words,
+                            chain_issues(k, chunks.div_ceil(WORKERS as u64)),
+                        );
+                    }
+                    OpKind::MatMul { b: bt, accumulate, alpha, .. } => {
+                        if alpha.is_some() && accumulate != DType::F16 {
+                            return unsupported(ci, "alpha is applied in f16: it needs an f16 result".into());
+                        }
+                        let (be, oc, kb, nb, _) = side_layout[&bt];
+                        let fp8 = be == 32;
+                        if fp8 {
+                            let (at, btt) = (g.tensor(src), g.tensor(bt));
+                            let iscl = at.scale as i32 + btt.scale as i32;
+                            if !(-32..=31).contains(&iscl) {
+                                return unsupported(
+                                    ci,
+                                    format!("combined FP8 scale {iscl} outside the AMP's -32..31"),
+                                );
+                            }
+                            p.steps.push(Step::SetCsr(
+                                csr::FP_INFMT,
+                                fmt_bit(at.dtype) | fmt_bit(btt.dtype) << 1,
+                            ));
+                            p.steps.push(Step::SetCsr(csr::FP_ISCL, (iscl as u32) & 0x3F));
+                        }
+                        let amp = match (fp8, accumulate) {
+                            (true, _) => Kernel::AmpF8,
+                            (false, DType::F32) => Kernel::AmpF32,
+                            _ => Kernel::AmpF16,
+                        };
+                        let blk = WORKERS as u64 * SCRATCH + rows * ROW;
+                        let wbytes = be * oc * if fp8 { 1 } else { 2 };
+                        for nbl in 0..nb {
+                            for kbl in 0..kb {
+                                let mut words = Vec::new();
+                                let mut off = nbl * blk;
+                                for (w0, w1) in &wr {
+                                    let out = (off + SCRATCH) as u32;
+                                    words.push(Word::Sym(name(src), ((kbl * rows + w0) * ROW) as u32));
+                                    words.push(if kbl == 0 {
+                                        Word::Sym("Z".into(), 0)
+                                    } else {
+                                        Word::Sym(name(dst), out)
+                                    });
+                                    words.push(Word::Sym(name(dst), out - SCRATCH as u32));
+                                    words.push(Word::Const((w1 - w0 + 1) as u32));
+                                    off += SCRATCH + (w1 - w0) * ROW;
+                                }
+                                p.steps.push(Step::LoadWeights(
+                                    format!("s{}", bt.0),
+                                    ((kbl * nb + nbl) * wbytes) as u32,
+                                ));
+                                let n = cost::kernel_issues(amp, (wr[0].1 - wr[0].0 + 1) as u32);
+                                run(p, amp, format!("d{}", p.steps.len()), words, n);
+                            }
+                        }
+                        if let Some(alpha) = alpha {
+                            let chunks = nb * blk / 8;
+                            let mut words = Vec::new();
+                            for w in 0..WORKERS as u64 {
+                                let (c0, c1) = split(chunks, WORKERS as u64, w);
+                                words.extend([
+                                    Word::Sym(name(dst), (c0 * 8) as u32),
+                                    Word::Const((c1 - c0) as u32),
+                                    Word::Const(alpha.to_bits()),
+                                    Word::Const(0),
+                                ]);
+                            }
+                            run(
+                                p,
+                                Kernel::ScaleF16,
+                                format!("d{}", p.steps.len()),
+                                words,
+                                chain_issues(Kernel::ScaleF16, chunks.div_ceil(WORKERS as u64)),
+                            );
+                        }
+                    }
+                    OpKind::Softmax { .. } => {
+                        let (Layout::Out { .. }, Layout::Blocks { be, elt }) = (layout[&src], layout[&dst])
+                        else {
+                            unreachable!()
+                        };
+                        let n = cols(src);
+                        let blk = WORKERS as u64 * SCRATCH + rows * ROW;
+                        let pad = n.div_ceil(be) * be - n;
+                        let mut words = Vec::new();
+                        let mut off = 0;
+                        for (w0, w1) in &wr {
+                            words.extend([
+                                Word::Sym(name(src), (off + SCRATCH) as u32),
+                                Word::Const((blk - ROW) as u32),
+                                Word::Sym(name(dst), (w0 * be * elt) as u32),
+                                Word::Const(((rows - 1) * be * elt) as u32),
+                                Word::Const((w1 - w0) as u32),
+                                Word::Const((n - 1) as u32),
+                                Word::Const(pad as u32),
+                                Word::Const(be as u32),
+                            ]);
+                            off += SCRATCH + (w1 - w0) * ROW;
+                        }
+                        let max_rows = wr[0].1 - wr[0].0;
+                        run(
+                            p,
+                            Kernel::SoftmaxF16,
+                            format!("d{}", p.steps.len()),
+                            words,
+                            cost::softmax_issues(max_rows, n, be, pad),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let cost = cost::predict(&plans, |t, s| issues.get(&(t, s)).copied().unwrap_or(0), &[]);
+    let mut bindings = Vec::new();
+    for (t, sl) in slices {
+        let direction = if g.inputs.contains(&t) { Direction::Input } else { Direction::Output };
+        let transpose = g.ops.iter().any(|o| {
+            matches!(o.kind, OpKind::MatMul { b, transpose_b: true, .. } if b == t
+            || side_casts.iter().any(|&c| g.ops[c].output == b && row_input(&g.ops[c].kind) == t))
+        });
+        bindings.push(BindingPlan { tensor: t, direction, transpose, slices: sl });
+    }
+    Ok(Plan {
+        tiles: plans,
+        bindings,
+        cost,
+        tiles_used: used as u32,
+        grids: vec![[used_per_batch as u32, 1, 1]; g.ops.len()],
+        mapping: vec![format!("row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile)", chain.len())],
+    })
+}
+
+/// Descriptor of a cast over `chunks` chunks of four values, split over the workers.
+fn cast_desc(src: &str, dst: &str, chunks: u64, si: u64, so: u64, fp8: &crate::graph::Tensor) -> Vec<Word> {
+    let fmtscale = fmt_bit(fp8.dtype) | ((fp8.scale as i32 as u32) & 0x3F) << 8;
+    let mut words = Vec::new();
+    for w in 0..WORKERS as u64 {
+        let (c0, c1) = split(chunks, WORKERS as u64, w);
+        words.extend([
+            Word::Sym(src.into(), (c0 * 4 * si) as u32),
+            Word::Sym(dst.into(), (c0 * 4 * so) as u32),
+            Word::Const((c1 - c0) as u32),
+            Word::Const(fmtscale),
+        ]);
+    }
+    words
+}
