@@ -91,7 +91,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Build the bundled example and run it on the default device.
+    /// Build the bundled example (examples/attention.toml, 64 tiles) and run it on the default device.
     Demo {
         /// Where to write the package.
         #[arg(long, default_value = "target/demo")]
@@ -148,7 +148,9 @@ fn read_text(path: &Path) -> Result<String, Failure> {
     std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))
 }
 
-const EXAMPLE: (&str, &str) = ("examples/matmul.toml", include_str!("../../examples/matmul.toml"));
+/// The demo: the seed's attention smoke test, planned for 64 tiles as in the seed log.
+const EXAMPLE: (&str, &str) = ("examples/attention.toml", include_str!("../../examples/attention.toml"));
+const EXAMPLE_TILES: usize = 64;
 
 fn do_build(
     name: &str,
@@ -257,8 +259,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Cmd::Demo { dir, args } => {
             std::fs::create_dir_all(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
-            let path = dir.join("matmul.ipuexe");
-            do_build(EXAMPLE.0, EXAMPLE.1, &path, 1472, args.threads)?;
+            let path = dir.join("attention.ipuexe");
+            do_build(EXAMPLE.0, EXAMPLE.1, &path, EXAMPLE_TILES, args.threads)?;
             run_package(&path, &args)?;
         }
         Cmd::Asm { file, output } => {

@@ -247,7 +247,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     return cx
                         .err(scale_span, format!("{}: a scale applies only to casts to FP8", here("scale")));
                 }
-                if !(from == DType::F16 && fp8(to)) && !(fp8(from) && to == DType::F16) {
+                let supported = (from == DType::F16 && fp8(to)) || (fp8(from) && to == DType::F16);
+                if !supported {
                     return cx.err(
                         op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
                         format!(

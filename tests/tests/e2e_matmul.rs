@@ -46,7 +46,9 @@ fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
     let a = session::generated(pkg.bindings.iter().find(|b| b.name == "A").unwrap(), 3);
     let b = session::generated(pkg.bindings.iter().find(|b| b.name == "B").unwrap(), 3);
     let c = ipu_host::npy::read(&dir.path().join("C.npy")).unwrap();
-    let ipu_core::graph::OpKind::MatMul { transpose_a: ta, transpose_b: tb, .. } = graph.ops[0].kind;
+    let ipu_core::graph::OpKind::MatMul { transpose_a: ta, transpose_b: tb, .. } = graph.ops[0].kind else {
+        panic!("a matmul model")
+    };
     let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
     let n = c.shape[1];
     let mut worst = 0f64;
