@@ -122,7 +122,8 @@ fn from_bytes(bytes: &[u8], b: &Binding) -> HostTensor {
     HostTensor { dtype: b.dtype, shape: b.shape.clone(), data }
 }
 
-/// Copy a tensor into tiles through its binding's slices, staged in host pages.
+/// Copy a tensor into tiles through its binding's slices (row by row while the device waits at
+/// the host sync; the simulator writes tile memory directly, as the host-exchange window would).
 fn write_binding(dev: &mut dyn Device, b: &Binding, bytes: &[u8]) -> Result<(), DeviceError> {
     for s in &b.slices {
         for r in 0..s.rows as u64 {
