@@ -226,3 +226,28 @@ fn asm_and_disasm_round_trip() {
     assert!(out.contains("{ ld64pi $a0, $m1, 8 ; f16v4add $a2, $a0, $a0 }"), "{out}");
     assert!(out.contains("sync 15"), "{out}");
 }
+
+#[test]
+fn resource_limits_are_refused_with_names() {
+    let d = tempfile::tempdir().unwrap();
+    let model = d.path().join("huge.toml");
+    std::fs::write(
+        &model,
+        "name = \"huge\"\noutputs = [\"C\"]\n[inputs.Big]\ndtype = \"f16\"\nshape = [4096, 4096]\n[inputs.W]\ndtype = \"f16\"\n\
+         shape = [4096, 64]\n[[ops]]\nop = \"matmul\"\na = \"Big\"\nb = \"W\"\noutput = \"C\"\ndtype = \"f16\"\naccumulate = \"f16\"\n",
+    )
+    .unwrap();
+    let out = d.path().join("huge.ipuexe");
+    let (code, _, err) = run(bin().arg("build").arg(&model).arg("-o").arg(&out).args(["--tiles", "2"]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("tile 0: tensor `Big` does not fit in tile memory (") && err.contains("bytes over)"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // A run that cannot finish within its cycle budget stops with a clear message (exit 1).
+    let pkg = build_to(d.path(), 2, 16);
+    let (code, _, err) = run(bin().arg("run").arg(&pkg).args(["--device", "sim", "--max-cycles", "500"]));
+    assert_eq!(code, 1);
+    assert!(err.contains("cycle budget of 500 cycles exceeded"), "{err}");
+}

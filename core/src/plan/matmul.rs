@@ -9,12 +9,12 @@ use ipu_schema::{DType, Direction};
 
 use super::cost::{self, kernel_issues};
 use super::exchange::{self, Transfer};
-use super::{BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
+use super::{
+    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
+};
 use crate::graph::{matmul_dims, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
-/// Bytes the runtime and kernels may take (code, mailbox, descriptors) — kept out of tensor space.
-pub const RUNTIME_RESERVE: u64 = 24 * 1024;
 /// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
 const ROW: u32 = 32;
 /// Scratch before each worker's output rows: the AMP pipeline's first five stores.
@@ -184,11 +184,20 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     }
     let need = memory_needed(mm, grid) + RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
-        return Err(PlanError::Memory {
-            tile: 0,
-            buffer: "matmul operands".into(),
-            over: need - TILE_MEM_SIZE as u64,
-        });
+        // Name the operand that takes the most room on the largest tile.
+        let rows = mm.m.div_ceil(grid.tm);
+        let (nbt, kbt) = (mm.nb().div_ceil(grid.tn), mm.kb().div_ceil(grid.tk));
+        let a = kbt * rows * ROW as u64;
+        let b = kbt * nbt * mm.block_bytes() as u64;
+        let c = nbt * c_block(rows);
+        let name = if a >= b && a >= c {
+            "A"
+        } else if b >= c {
+            "B"
+        } else {
+            "C"
+        };
+        return Err(PlanError::Memory { tile: 0, buffer: name.into(), over: need - TILE_MEM_SIZE as u64 });
     }
     let (amp, add) = mm.kernel();
     let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;

@@ -178,7 +178,7 @@ impl core::fmt::Display for PlanError {
         match self {
             PlanError::Unsupported(op, w) => write!(f, "op {op}: {w}"),
             PlanError::Memory { tile, buffer, over } => {
-                write!(f, "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over)")
+                write!(f, "tile {tile}: {buffer} does not fit in tile memory ({over} bytes over)")
             }
         }
     }
@@ -200,9 +200,84 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha: None, .. }
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16);
-    if !simple {
-        return chain::plan(graph, opts);
+    let mut plan = if simple { plan_matmul(graph, opts)? } else { chain::plan(graph, opts)? };
+    for (t, tile) in plan.tiles.iter_mut().enumerate() {
+        merge_descriptors(tile);
+        check_memory(graph, t as u16, tile)?;
     }
+    Ok(plan)
+}
+
+/// Bytes the runtime and kernels may take (code, host area) — kept out of buffer space.
+pub const RUNTIME_RESERVE: u64 = 24 * 1024;
+
+/// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
+/// tile needs a handful of symbols however many kernel launches it has.
+fn merge_descriptors(tile: &mut TilePlan) {
+    let mut words = Vec::new();
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    tile.buffers.retain(|b| {
+        if b.kind != MemKind::Descriptor || b.init.is_empty() {
+            return true;
+        }
+        while words.len() % 4 != 0 {
+            words.push(Word::Const(0));
+        }
+        renamed.push((b.name.clone(), alloc::format!("D+{}", 4 * words.len())));
+        words.extend(b.init.iter().cloned());
+        false
+    });
+    if words.is_empty() {
+        return;
+    }
+    for step in tile.steps.iter_mut() {
+        if let Step::RunAll(_, desc) = step {
+            if let Some((_, new)) = renamed.iter().find(|(old, _)| old == desc) {
+                *desc = new.clone();
+            }
+        }
+    }
+    tile.buffers.push(Buffer {
+        name: "D".into(),
+        bytes: 4 * words.len() as u32,
+        align: 16,
+        kind: MemKind::Descriptor,
+        init: words,
+    });
+}
+
+/// Refuse a tile whose buffers cannot fit, naming the model tensor behind the largest buffer.
+fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanError> {
+    let total: u64 = plan.buffers.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum();
+    let limit = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
+    if total <= limit {
+        return Ok(());
+    }
+    let largest = plan.buffers.iter().max_by_key(|b| b.bytes).map(|b| b.name.as_str()).unwrap_or("?");
+    let tensor = buffer_tensor(graph, largest).unwrap_or_else(|| alloc::format!("buffer `{largest}`"));
+    Err(PlanError::Memory { tile, buffer: tensor, over: total - limit })
+}
+
+/// The model tensor a planner buffer holds (`t<id>`/`s<id>` in chains, `A`/`B`/`C` in a matmul).
+fn buffer_tensor(graph: &Graph, name: &str) -> Option<String> {
+    let by_id =
+        |id: &str| id.parse::<usize>().ok().and_then(|i| graph.tensors.get(i)).map(|t| t.name.clone());
+    let id = match name {
+        n if n.starts_with('t') || n.starts_with('s') => by_id(&n[1..]),
+        "A" | "B" | "C" => graph.ops.first().and_then(|op| match op.kind {
+            OpKind::MatMul { a, b, .. } => Some(match name {
+                "A" => graph.tensor(a).name.clone(),
+                "B" => graph.tensor(b).name.clone(),
+                _ => graph.tensor(op.output).name.clone(),
+            }),
+            _ => None,
+        }),
+        _ => None,
+    };
+    id.map(|n| alloc::format!("tensor `{n}`"))
+}
+
+fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
         OpKind::Cast { .. } | OpKind::Softmax { .. } => unreachable!("checked above"),
@@ -219,7 +294,12 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles),
             };
-            matmul::plan(&mm, grid, opts.tiles)
+            matmul::plan(&mm, grid, opts.tiles).map_err(|e| match e {
+                PlanError::Memory { tile, buffer, over } => {
+                    PlanError::Memory { tile, buffer: buffer_tensor(graph, &buffer).unwrap_or(buffer), over }
+                }
+                other => other,
+            })
         }
     }
 }
