@@ -54,6 +54,9 @@ fn must_reject(kind: &str, bytes: &[u8], counts: &mut std::collections::BTreeMap
     }
 }
 
+/// An edit of a decoded package.
+type Mutation = Box<dyn Fn(&mut Package)>;
+
 #[test]
 fn a_thousand_mutations_are_all_rejected() {
     let (pkg, good) = base();
@@ -107,7 +110,7 @@ fn a_thousand_mutations_are_all_rejected() {
         must_reject("section table edit", &b, &mut counts);
     }
     // 5. Semantic edits with every checksum valid: the reader's own checks must catch them.
-    let semantic: Vec<(&str, &str, Box<dyn Fn(&mut Package)>)> = vec![
+    let semantic: Vec<(&str, &str, Mutation)> = vec![
         ("segment out of range", "outside tile memory", Box::new(|p| p.tiles[1].segments[0].addr = 0xE7FF0)),
         ("segment below memory", "outside tile memory", Box::new(|p| p.tiles[2].segments[0].addr = 0x1000)),
         (
