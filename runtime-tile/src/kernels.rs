@@ -74,7 +74,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         AmpF8 => (AMP, "f8amp"),
         AddF16 => (ADD, "f16v4add"),
         AddF32 => (ADD, "f32v2add"),
-        CastF16ToF8 => (CAST, CAST_TO_F8),
+        CastF16ToF8 => (CAST_TO_F8_PIPELINED, ""),
         CastF8ToF16 => (CAST, CAST_TO_F16),
         ScaleF16 => (SCALE, ""),
         SoftmaxF16 => (SOFTMAX, ""),
@@ -106,10 +106,38 @@ const CAST: &str = "
     exit
 ";
 
-const CAST_TO_F8: &str = "    ld64pi $a0, $m3, 8
-    f16v4tof8 $a2, $a0
-    sta32 $a2, $m4, $m15, 0
-    add $m4, $m4, 4";
+/// f16 → FP8, software-pipelined: descriptor (src, dst, pairs of 4-value chunks, format | scale
+/// << 8); three bundles per eight values. Each loop pass stores the pair converted in the
+/// previous pass while loading and converting the next, so there are no junk stores.
+const CAST_TO_F8_PIPELINED: &str = "
+.align 8
+k_cast_f16_f8:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m4, $m6, $m15, 4
+    ld32 $m2, $m6, $m15, 8
+    ld32 $m5, $m6, $m15, 12
+    and $m7, $m5, 255
+    uput 9, $m7
+    setzi $m8, 8
+    shr $m7, $m5, $m8
+    uput 10, $m7
+    brz $m2, k_cast_f16_f8_done
+    ld64pi $a0, $m3, 8
+    ld64pi $a2, $m3, 8
+    f16v4tof8 $a4, $a0
+    f16v4tof8 $a5, $a2
+    add $m2, $m2, -1
+    rpt $m2, 3
+    { ld64pi $a0, $m3, 8 ; f16v4tof8 $a5, $a2 }
+    { st64pi $a4, $m4, 8 ; f16v4tof8 $a4, $a0 }
+    { ld64pi $a2, $m3, 8 ; fnop }
+    f16v4tof8 $a5, $a2
+    st64pi $a4, $m4, 8
+k_cast_f16_f8_done:
+    exit
+";
 
 const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     f8v4tof16 $a2, $a0

@@ -323,10 +323,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 let out = g.ops[ci].output;
                 let src = row_input(&g.ops[ci].kind);
                 let (be, oc, kb, nb, _) = side_layout[&out];
-                let chunks = kb * nb * be * oc / 4;
+                // Weight blocks hold 512 values: whole pairs of 4-value chunks.
+                let pairs = kb * nb * be * oc / 8;
+                if pairs.div_ceil(WORKERS as u64) > 4096 {
+                    return unsupported(ci, "a side cast larger than 6 × 4096 × 8 values per tile".into());
+                }
                 let words =
-                    cast_desc(&format!("s{}", src.0), &format!("s{}", out.0), chunks, 2, 1, g.tensor(out));
-                let n = cost::chain_issues(Kernel::CastF16ToF8, chunks.div_ceil(WORKERS as u64));
+                    cast_desc(&format!("s{}", src.0), &format!("s{}", out.0), pairs, 8, 2, 1, g.tensor(out));
+                let n = cost::chain_issues(Kernel::CastF16ToF8, pairs.div_ceil(WORKERS as u64));
                 run(p, Kernel::CastF16ToF8, format!("d{}", p.steps.len()), words, n);
             }
             // The chain.
@@ -347,14 +351,15 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             Kernel::CastF8ToF16
                         };
                         let fmt_of = if is_fp8(g.tensor(dst).dtype) { g.tensor(dst) } else { g.tensor(src) };
-                        let words = cast_desc(&name(src), &name(dst), chunks, si, so, fmt_of);
-                        run(
-                            p,
-                            k,
-                            format!("d{}", p.steps.len()),
-                            words,
-                            chain_issues(k, chunks.div_ceil(WORKERS as u64)),
-                        );
+                        // Blocks hold 16 or 32 values per row: the f16 → FP8 kernel takes pairs of chunks.
+                        let (units, unit) =
+                            if k == Kernel::CastF16ToF8 { (chunks / 2, 8) } else { (chunks, 4) };
+                        if k == Kernel::CastF16ToF8 && units.div_ceil(WORKERS as u64) > 4096 {
+                            return unsupported(ci, "a cast larger than 6 × 4096 × 8 values per tile".into());
+                        }
+                        let words = cast_desc(&name(src), &name(dst), units, unit, si, so, fmt_of);
+                        let n = chain_issues(k, units.div_ceil(WORKERS as u64));
+                        run(p, k, format!("d{}", p.steps.len()), words, n);
                     }
                     OpKind::MatMul { b: bt, accumulate, alpha, .. } => {
                         if alpha.is_some() && accumulate != DType::F16 {
@@ -486,14 +491,23 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
 }
 
 /// Descriptor of a cast over `chunks` chunks of four values, split over the workers.
-fn cast_desc(src: &str, dst: &str, chunks: u64, si: u64, so: u64, fp8: &crate::graph::Tensor) -> Vec<Word> {
+/// `units` of `unit` values each (8 for the pipelined f16 → FP8 kernel, 4 for FP8 → f16).
+fn cast_desc(
+    src: &str,
+    dst: &str,
+    units: u64,
+    unit: u64,
+    si: u64,
+    so: u64,
+    fp8: &crate::graph::Tensor,
+) -> Vec<Word> {
     let fmtscale = fmt_bit(fp8.dtype) | ((fp8.scale as i32 as u32) & 0x3F) << 8;
     let mut words = Vec::new();
     for w in 0..WORKERS as u64 {
-        let (c0, c1) = split(chunks, WORKERS as u64, w);
+        let (c0, c1) = split(units, WORKERS as u64, w);
         words.extend([
-            Word::Sym(src.into(), (c0 * 4 * si) as u32),
-            Word::Sym(dst.into(), (c0 * 4 * so) as u32),
+            Word::Sym(src.into(), (c0 * unit * si) as u32),
+            Word::Sym(dst.into(), (c0 * unit * so) as u32),
             Word::Const((c1 - c0) as u32),
             Word::Const(fmtscale),
         ]);

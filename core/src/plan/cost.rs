@@ -33,11 +33,21 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
     }
 }
 
-/// Worker issues of the elementwise chain kernels for `chunks` chunks (four values each).
-pub fn chain_issues(kernel: Kernel, chunks: u64) -> u64 {
+/// Worker issues of the elementwise chain kernels for `units` units of work: pairs of 4-value
+/// chunks for `CastF16ToF8`, 4-value chunks otherwise.
+pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
+    let chunks = units;
     match kernel {
+        // 12 up to brz; prologue 4; add, rpt; 3 per pair after the first; epilogue 2; exit.
+        Kernel::CastF16ToF8 => {
+            if units == 0 {
+                13
+            } else {
+                18 + 3 * (units - 1) + 3
+            }
+        }
         // 12 setup up to brz; add; 5 per chunk; exit.
-        Kernel::CastF16ToF8 | Kernel::CastF8ToF16 => {
+        Kernel::CastF8ToF16 => {
             if chunks == 0 {
                 13
             } else {
