@@ -153,11 +153,23 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 .ok_or(())
                 .or_else(|_| cx.err(s.span(), format!("{}: unknown dtype `{}`", here(field), s.get_ref())))
         };
-        let reject = |f: bool, field: &str, span: std::ops::Range<usize>| -> Result<(), ModelError> {
-            if f {
-                cx.err(span, format!("op {i} ({kind}): field `{field}` does not apply to this op"))
-            } else {
-                Ok(())
+        // Fields an op does not take are errors, naming the field.
+        let present = [
+            ("a", op.a.is_some()),
+            ("b", op.b.is_some()),
+            ("input", op.input.is_some()),
+            ("accumulate", op.accumulate.is_some()),
+            ("transpose_a", op.transpose_a.is_some()),
+            ("transpose_b", op.transpose_b.is_some()),
+            ("alpha", op.alpha.is_some()),
+            ("scale", op.scale.is_some()),
+        ];
+        let only = |allowed: &[&str]| -> Result<(), ModelError> {
+            match present.iter().find(|(name, set)| *set && !allowed.contains(name)) {
+                Some((field, _)) => {
+                    cx.err(sop.span(), format!("op {i} ({kind}): field `{field}` does not apply to this op"))
+                }
+                None => Ok(()),
             }
         };
         let Some(out) = &op.output else {
@@ -171,8 +183,17 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         }
         match kind {
             "matmul" => {
-                reject(op.input.is_some(), "input", sop.span())?;
-                reject(op.scale.is_some(), "scale", sop.span())?;
+                only(&[
+                    "op",
+                    "a",
+                    "b",
+                    "output",
+                    "dtype",
+                    "accumulate",
+                    "transpose_a",
+                    "transpose_b",
+                    "alpha",
+                ])?;
                 let a = tensor(&op.a, "a", &g)?;
                 let b = tensor(&op.b, "b", &g)?;
                 let out_dtype = dtype(&op.dtype, "dtype")?;
@@ -224,16 +245,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 });
             }
             "cast" => {
-                for (f, n) in [
-                    (op.a.is_some(), "a"),
-                    (op.b.is_some(), "b"),
-                    (op.accumulate.is_some(), "accumulate"),
-                    (op.alpha.is_some(), "alpha"),
-                    (op.transpose_a.is_some(), "transpose_a"),
-                    (op.transpose_b.is_some(), "transpose_b"),
-                ] {
-                    reject(f, n, sop.span())?;
-                }
+                only(&["op", "input", "output", "dtype", "scale"])?;
                 let input = tensor(&op.input, "input", &g)?;
                 let to = dtype(&op.dtype, "dtype")?;
                 let from = g.tensor(input).dtype;
@@ -262,17 +274,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 g.ops.push(Op { kind: OpKind::Cast { input }, output });
             }
             "softmax" => {
-                for (f, n) in [
-                    (op.a.is_some(), "a"),
-                    (op.b.is_some(), "b"),
-                    (op.accumulate.is_some(), "accumulate"),
-                    (op.alpha.is_some(), "alpha"),
-                    (op.scale.is_some(), "scale"),
-                    (op.transpose_a.is_some(), "transpose_a"),
-                    (op.transpose_b.is_some(), "transpose_b"),
-                ] {
-                    reject(f, n, sop.span())?;
-                }
+                only(&["op", "input", "output", "dtype"])?;
                 let input = tensor(&op.input, "input", &g)?;
                 let to = dtype(&op.dtype, "dtype")?;
                 let from = g.tensor(input).dtype;

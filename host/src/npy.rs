@@ -44,39 +44,27 @@ pub fn read(path: &Path) -> Result<HostTensor, String> {
     Ok(HostTensor { dtype, shape, data })
 }
 
-/// Encode a tensor as `.npy` bytes in its dtype.
-pub fn to_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
+/// Write `values` as an n-dimensional C-order array with their default dtype.
+fn write_nd<T: npyz::AutoSerialize>(
+    shape: &[u64],
+    values: impl Iterator<Item = T>,
+) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    let shape = &t.shape;
-    let r = match t.dtype {
-        DType::F32 => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(|e| e.to_string())?;
-            w.extend(t.data.iter().copied()).and_then(|_| w.finish())
-        }
-        DType::F16 => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(|e| e.to_string())?;
-            w.extend(t.data.iter().map(|x| f16::from_f32(*x))).and_then(|_| w.finish())
-        }
-        DType::F8E4M3 | DType::F8E5M2 => {
-            let mut w = npyz::WriteOptions::new()
-                .default_dtype()
-                .shape(shape)
-                .writer(&mut out)
-                .begin_nd()
-                .map_err(|e| e.to_string())?;
-            w.extend(t.data.iter().map(|x| *x as u8)).and_then(|_| w.finish())
-        }
-    };
-    r.map_err(|e| e.to_string())?;
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(&mut out)
+        .begin_nd()
+        .map_err(|e| e.to_string())?;
+    w.extend(values).and_then(|_| w.finish()).map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+/// Encode a tensor as `.npy` bytes in its dtype (FP8 as `uint8` codes).
+pub fn to_bytes(t: &HostTensor) -> Result<Vec<u8>, String> {
+    match t.dtype {
+        DType::F32 => write_nd(&t.shape, t.data.iter().copied()),
+        DType::F16 => write_nd(&t.shape, t.data.iter().map(|x| f16::from_f32(*x))),
+        DType::F8E4M3 | DType::F8E5M2 => write_nd(&t.shape, t.data.iter().map(|x| *x as u8)),
+    }
 }

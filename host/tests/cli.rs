@@ -132,6 +132,10 @@ fn malformed_models_name_file_line_and_problem_and_leave_no_package() {
             "unsupported dtype combination",
         ),
         (base.replace("name = \"matmul\"", "name = \"matmul\"\nbogus = 1"), "unknown field `bogus`"),
+        (
+            base.replace("b = \"B\"", "b = \"B\"\ninput = \"A\""),
+            "op 0 (matmul): field `input` does not apply to this op",
+        ),
         ("name = [".to_string(), "m.toml:1:"),
     ];
     for (src, needle) in cases {

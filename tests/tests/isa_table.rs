@@ -47,16 +47,8 @@ fn golden_bytes_of_public_encodings() {
     }
 }
 
-/// A small deterministic generator, so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 fn random_instr(info: &ipu_core::isa::OpInfo, rng: &mut Rng) -> Instr {
     let mut vals = Vec::new();

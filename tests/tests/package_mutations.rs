@@ -8,18 +8,8 @@ use ipu_host::package::Package;
 use ipu_schema::{Segment, SEG_DATA, SEG_EXEC, SEG_ZERO};
 use sha2::{Digest, Sha256};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+mod common;
+use common::Rng;
 
 fn base() -> (Package, Vec<u8>) {
     let src =

@@ -49,6 +49,10 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
     /// Uniform in [-1, 1), quantised to f16.
     pub fn f16(&mut self) -> half::f16 {
         half::f16::from_f32((self.next() % 4096) as f32 / 2048.0 - 1.0)
