@@ -164,6 +164,8 @@ pub struct Tile {
     pub last_cycle: u64,
     /// No context issues before this cycle (one past the latest issue, or the release cycle).
     floor: u64,
+    /// Barrel slots owned by running workers (bit k = worker k), kept in step with `running`.
+    owned: u32,
     icache: [(u32, u32, u32, Issue); ICACHE],
 }
 
@@ -187,6 +189,7 @@ impl Tile {
             issued: 0,
             last_cycle: 0,
             floor: 0,
+            owned: 0,
             icache: [(u32::MAX, 0, 0, nop); ICACHE],
         }
     }
@@ -201,13 +204,7 @@ impl Tile {
     }
 
     fn owned_slots(&self) -> u32 {
-        let mut owned = 0;
-        for (k, w) in self.workers.iter().enumerate() {
-            if w.running {
-                owned |= 1 << k;
-            }
-        }
-        owned
+        self.owned
     }
 
     fn sup_issue_cycle(&self, owned: u32) -> Option<u64> {
@@ -261,6 +258,16 @@ impl Tile {
                 _ => {}
             }
             let owned = self.owned_slots();
+            if owned == 0 && self.sup_state == SupState::Running {
+                // Supervisor alone: it issues at its next cycle, no barrel arbitration needed.
+                let t = self.sup_next.max(self.floor);
+                if t > limit {
+                    return Ok(Stop::Limit);
+                }
+                self.step_sup(mem, bus, t)?;
+                self.floor = t + 1;
+                continue;
+            }
             let mut best: Option<(u64, Option<usize>)> = self.sup_issue_cycle(owned).map(|t| (t, None));
             for (k, w) in self.workers.iter().enumerate() {
                 if w.running && best.is_none_or(|(t, _)| w.next_issue < t) {
@@ -350,6 +357,7 @@ impl Tile {
                 regs.m[0] = k as u32;
                 regs.m[1] = arg;
                 self.workers[k] = Worker { regs, running: true, next_issue: first, ..Worker::default() };
+                self.owned |= 1 << k;
             }
         }
         Ok(())
@@ -373,7 +381,10 @@ impl Tile {
         match flow {
             Flow::Next => {}
             Flow::Jump(a) => next_pc = a,
-            Flow::Exit => w.running = false,
+            Flow::Exit => {
+                w.running = false;
+                self.owned &= !(1 << k);
+            }
             Flow::Rpt { count, bundles } => {
                 if count > RPT_MAX_COUNT {
                     return Err(fault(self, FaultKind::RptCount(count)));
