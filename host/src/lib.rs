@@ -5,6 +5,7 @@ pub mod atomic;
 pub mod build;
 pub mod device;
 pub mod devices;
+pub mod fuzz;
 pub mod inspect;
 pub mod lock;
 pub mod model;

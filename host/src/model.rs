@@ -296,6 +296,25 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             }
         }
     }
+    // Shapes are untrusted: a tensor larger than the whole chip's tile memory cannot be planned,
+    // and refusing it here keeps every later size computation in range.
+    let chip = (ipu_core::target::NUM_TILES * ipu_core::target::TILE_MEM_SIZE) as u64;
+    for t in &g.tensors {
+        let bytes = t.shape.iter().try_fold(t.dtype.size() as u64, |a, d| a.checked_mul(*d));
+        if bytes.is_none_or(|b| b > chip) {
+            let line = src
+                .find(&format!("[inputs.{}]", t.name))
+                .or_else(|| src.find(&format!("\"{}\"", t.name)))
+                .unwrap_or(0);
+            return cx.err(
+                line..line,
+                format!(
+                    "tensor `{}` of shape {:?} is larger than the chip's {chip} bytes of tile memory",
+                    t.name, t.shape
+                ),
+            );
+        }
+    }
     for o in raw.outputs.get_ref() {
         match g.find(o.get_ref()) {
             Some(t) if !g.inputs.contains(&t) => g.outputs.push(t),

@@ -7,10 +7,15 @@ use ipu_schema::DType;
 use npyz::WriterBuilder;
 use std::path::Path;
 
-/// Read a tensor.
+/// Read a tensor from a file.
 pub fn read(path: &Path) -> Result<HostTensor, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let err = |m: String| format!("{}: {m}", path.display());
+    from_bytes(&bytes).map_err(|m| format!("{}: {m}", path.display()))
+}
+
+/// Parse `.npy` bytes (untrusted: every size is checked against the input before allocating).
+pub fn from_bytes(bytes: &[u8]) -> Result<HostTensor, String> {
+    let err = |m: String| m;
     let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| err(format!("not a .npy file: {e}")))?;
     if file.order() != npyz::Order::C {
         return Err(err("Fortran-order arrays are not supported; save with C order".into()));

@@ -181,6 +181,39 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let rows_per_tile = m.div_ceil(per_batch);
     let used_per_batch = m.div_ceil(rows_per_tile);
     let used = (nbatch * used_per_batch) as usize;
+    // Refuse before generating anything whose size follows from the (untrusted) shapes: the
+    // largest tile's row tensors and side operands must fit.
+    let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
+    let mut need: Vec<(u64, TensorId)> = rows_t
+        .iter()
+        .map(|&t| {
+            (
+                cols(t)
+                    .div_ceil(16)
+                    .saturating_mul(32)
+                    .saturating_mul(rows_per_tile)
+                    .saturating_add(SCRATCH * 6 + SLACK),
+                t,
+            )
+        })
+        .collect();
+    for &i in &chain {
+        if let OpKind::MatMul { b, .. } = g.ops[i].kind {
+            let bt = g.tensor(b);
+            let per_batch: u64 =
+                bt.shape[bt.shape.len().saturating_sub(2)..].iter().fold(1u64, |a, d| a.saturating_mul(*d));
+            need.push((per_batch.saturating_mul(2).saturating_add(SLACK), b));
+        }
+    }
+    let total = need.iter().fold(0u64, |a, (n, _)| a.saturating_add(*n));
+    if total > limit {
+        let (_, worst) = need.iter().max().copied().unwrap_or((0, first));
+        return Err(PlanError::Memory {
+            tile: 0,
+            buffer: format!("tensor `{}`", g.tensor(worst).name),
+            over: total - limit,
+        });
+    }
     let mut plans = vec![TilePlan::default(); opts.tiles];
     let mut issues: BTreeMap<(usize, usize), u64> = BTreeMap::new();
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();

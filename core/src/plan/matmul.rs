@@ -112,12 +112,14 @@ pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
     let rows = mm.m.div_ceil(g.tm);
     let nbt = mm.nb().div_ceil(g.tn);
     let kbt = mm.kb().div_ceil(g.tk);
-    let a = kbt * rows * ROW as u64 + SLACK as u64;
-    let b = kbt * nbt * mm.block_bytes() as u64;
-    let c = nbt * c_block(rows) + SLACK as u64;
-    let z = (rows.div_ceil(WORKERS as u64) + 1) * ROW as u64 + SLACK as u64;
-    let r = (g.tk - 1) * (c - SLACK as u64);
-    a + b + c + z + r
+    // Saturating: model shapes are untrusted and the answer only has to say "too large".
+    let a = kbt.saturating_mul(rows).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
+    let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
+    let c_blk = (WORKERS as u64 * SCRATCH as u64).saturating_add(rows.saturating_mul(ROW as u64));
+    let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
+    let z = (rows.div_ceil(WORKERS as u64) + 1).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
+    let r = (g.tk - 1).saturating_mul(c - SLACK as u64);
+    a.saturating_add(b).saturating_add(c).saturating_add(z).saturating_add(r)
 }
 
 /// Analytic estimate of a grid's `run` cycles, used to screen candidates.
@@ -187,8 +189,8 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         // Name the operand that takes the most room on the largest tile.
         let rows = mm.m.div_ceil(grid.tm);
         let (nbt, kbt) = (mm.nb().div_ceil(grid.tn), mm.kb().div_ceil(grid.tk));
-        let a = kbt * rows * ROW as u64;
-        let b = kbt * nbt * mm.block_bytes() as u64;
+        let a = kbt.saturating_mul(rows).saturating_mul(ROW as u64);
+        let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
         let c = nbt * c_block(rows);
         let name = if a >= b && a >= c {
             "A"

@@ -1,0 +1,34 @@
+//! Fuzz harnesses: one function per untrusted input format. Each must return for any input —
+//! never panic — and says whether the input was accepted. `fuzz/` wraps them for cargo-fuzz
+//! (libFuzzer) and `tests/tests/fuzz_smoke.rs` runs them on deterministic mutations in
+//! `cargo test`, so they cannot rot.
+
+use crate::package::Package;
+
+/// The package reader and validator.
+pub fn package(data: &[u8]) -> bool {
+    Package::from_bytes(data).is_ok()
+}
+
+/// The model-file parser (and, for models that parse, the planner with a small tile count).
+pub fn model(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    match crate::model::parse("fuzz.toml", text) {
+        Ok(g) => {
+            let _ = ipu_core::plan::plan(&g, ipu_core::plan::PlanOptions { tiles: 4, grid: None });
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// The `.npy` reader.
+pub fn npy(data: &[u8]) -> bool {
+    crate::npy::from_bytes(data).is_ok()
+}
+
+/// The tile assembler.
+pub fn asm(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    crate::program::TileProgram::from_asm(text).is_ok()
+}

@@ -1,0 +1,111 @@
+//! The fuzz harnesses (`ipu_host::fuzz`) run here on deterministic mutations of valid inputs, so
+//! they are exercised on every `cargo test`: no input may panic, and the unmodified seeds must be
+//! accepted (so the harnesses test something). `scripts/fuzz.sh` runs them under libFuzzer.
+
+mod common;
+use common::Rng;
+use ipu_host::fuzz;
+
+fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        match rng.below(6) {
+            0 if !b.is_empty() => {
+                let i = rng.below(b.len());
+                b[i] ^= 1 << rng.below(8);
+            }
+            1 if !b.is_empty() => {
+                let i = rng.below(b.len());
+                b[i] = [0, 0xFF, b'9', b'[', b'"', b'\n', b'-'][rng.below(7)];
+            }
+            2 => b.truncate(rng.below(b.len() + 1)),
+            3 if !b.is_empty() => {
+                let i = rng.below(b.len());
+                let n = rng.below(16).min(b.len() - i);
+                let chunk = b[i..i + n].to_vec();
+                let j = rng.below(b.len());
+                b.splice(j..j, chunk);
+            }
+            4 => {
+                let i = rng.below(b.len() + 1);
+                let digits = ["99999999999", "-1", "0", "4294967296", "1e308"][rng.below(5)];
+                b.splice(i..i, digits.bytes());
+            }
+            _ => {
+                let i = rng.below(b.len() + 1);
+                b.splice(i..i, std::iter::repeat_n(rng.next() as u8, rng.below(8)));
+            }
+        }
+    }
+    b
+}
+
+fn run(name: &str, target: fn(&[u8]) -> bool, seeds: &[Vec<u8>], iterations: usize) {
+    let mut rng = Rng(0xF00D ^ name.len() as u64);
+    for s in seeds {
+        assert!(target(s), "{name}: an unmodified seed is rejected");
+    }
+    let mut accepted = 0;
+    for i in 0..iterations {
+        let input = mutate(&mut rng, &seeds[i % seeds.len()]);
+        let r = std::panic::catch_unwind(|| target(&input));
+        match r {
+            Ok(ok) => accepted += usize::from(ok),
+            Err(_) => panic!("{name}: panic on input {:?}", String::from_utf8_lossy(&input)),
+        }
+    }
+    println!("fuzz smoke {name}: {iterations} mutated inputs, {accepted} accepted, no panic");
+}
+
+fn examples() -> Vec<Vec<u8>> {
+    ["matmul", "attention", "qk"]
+        .iter()
+        .map(|n| std::fs::read(format!("{}/../examples/{n}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .collect()
+}
+
+#[test]
+fn model_parser_and_planner() {
+    run("model", fuzz::model, &examples(), 3000);
+}
+
+#[test]
+fn package_reader() {
+    let src = String::from_utf8(examples()[1].clone()).unwrap();
+    let b = ipu_host::build::build(
+        "a.toml",
+        &src,
+        &ipu_host::build::BuildOptions { tiles: 4, threads: 1, grid: None },
+    )
+    .unwrap();
+    run("package", fuzz::package, &[b.bytes], 1500);
+}
+
+#[test]
+fn npy_reader() {
+    let t = |dtype, shape: Vec<u64>| ipu_host::reference::HostTensor {
+        dtype,
+        data: vec![1.5; shape.iter().product::<u64>() as usize],
+        shape,
+    };
+    let seeds = vec![
+        ipu_host::npy::to_bytes(&t(ipu_schema::DType::F16, vec![3, 5])).unwrap(),
+        ipu_host::npy::to_bytes(&t(ipu_schema::DType::F32, vec![2, 2, 2])).unwrap(),
+        ipu_host::npy::to_bytes(&t(ipu_schema::DType::F8E4M3, vec![7])).unwrap(),
+    ];
+    run("npy", fuzz::npy, &seeds, 5000);
+}
+
+#[test]
+fn assembler() {
+    let seeds: Vec<Vec<u8>> =
+        ["int_loop", "vector_fp", "fp8_convert", "amp_block", "host_page", "exch_sender"]
+            .iter()
+            .map(|n| {
+                let s = std::fs::read_to_string(format!("{}/programs/{n}.s", env!("CARGO_MANIFEST_DIR")))
+                    .unwrap();
+                s.replace("DRAIN", "1").into_bytes()
+            })
+            .collect();
+    run("asm", fuzz::asm, &seeds, 5000);
+}
