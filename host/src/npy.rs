@@ -15,10 +15,9 @@ pub fn read(path: &Path) -> Result<HostTensor, String> {
 
 /// Parse `.npy` bytes (untrusted: every size is checked against the input before allocating).
 pub fn from_bytes(bytes: &[u8]) -> Result<HostTensor, String> {
-    let err = |m: String| m;
-    let file = npyz::NpyFile::new(&bytes[..]).map_err(|e| err(format!("not a .npy file: {e}")))?;
+    let file = npyz::NpyFile::new(bytes).map_err(|e| format!("not a .npy file: {e}"))?;
     if file.order() != npyz::Order::C {
-        return Err(err("Fortran-order arrays are not supported; save with C order".into()));
+        return Err("Fortran-order arrays are not supported; save with C order".into());
     }
     let shape = file.shape().to_vec();
     let descr = file.dtype().descr().trim_matches(|c| c == '\'' || c == '"').to_string();
@@ -26,25 +25,20 @@ pub fn from_bytes(bytes: &[u8]) -> Result<HostTensor, String> {
         "<f4" => (DType::F32, 4),
         "<f2" => (DType::F16, 2),
         "|u1" => (DType::F8E4M3, 1),
-        other => return Err(err(format!("unsupported dtype `{other}` (expected <f4, <f2 or |u1)"))),
+        other => return Err(format!("unsupported dtype `{other}` (expected <f4, <f2 or |u1)")),
     };
     let elems =
-        shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| err("shape overflows".into()))?;
+        shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| "shape overflows".to_string())?;
     if elems.saturating_mul(size) > bytes.len() as u64 {
-        return Err(err(format!(
-            "header declares {elems} elements but the file has only {} bytes",
-            bytes.len()
-        )));
+        return Err(format!("header declares {elems} elements but the file has only {} bytes", bytes.len()));
     }
     let data: Vec<f32> = match dtype {
-        DType::F32 => file.into_vec::<f32>().map_err(|e| err(e.to_string()))?,
-        DType::F16 => {
-            file.into_vec::<f16>().map_err(|e| err(e.to_string()))?.iter().map(|h| h.to_f32()).collect()
-        }
-        _ => file.into_vec::<u8>().map_err(|e| err(e.to_string()))?.iter().map(|b| *b as f32).collect(),
+        DType::F32 => file.into_vec::<f32>().map_err(|e| e.to_string())?,
+        DType::F16 => file.into_vec::<f16>().map_err(|e| e.to_string())?.iter().map(|h| h.to_f32()).collect(),
+        _ => file.into_vec::<u8>().map_err(|e| e.to_string())?.iter().map(|b| *b as f32).collect(),
     };
     if data.len() as u64 != elems {
-        return Err(err(format!("expected {elems} elements, read {}", data.len())));
+        return Err(format!("expected {elems} elements, read {}", data.len()));
     }
     Ok(HostTensor { dtype, shape, data })
 }
