@@ -14,7 +14,8 @@ fn main() {
          shape = [{k}, {n}]\n[[ops]]\nop = \"matmul\"\na = \"A\"\nb = \"B\"\noutput = \"C\"\ndtype = \"f16\"\naccumulate = \"f16\"\n"
     );
     let t0 = Instant::now();
-    let b = build("big.toml", &src, &BuildOptions { tiles: 1472, threads: 0, grid: None }).expect("builds");
+    let b = build("big.toml", &src, &BuildOptions { threads: 0, grid: None, ..BuildOptions::new(1472) })
+        .expect("builds");
     let build_ms = t0.elapsed().as_millis();
     let mut dev = SimDevice::new(SimConfig { tiles: 1472, threads: 0, max_cycles: u64::MAX }).unwrap();
     load(&mut dev, &b.package).unwrap();

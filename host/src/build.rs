@@ -22,7 +22,27 @@ pub struct BuildOptions {
     pub threads: usize,
     /// Force a tile grid `[tm, tn, tk]` for the (single) op.
     pub grid: Option<[u32; 3]>,
+    /// Candidates the search evaluates beyond the baseline (0 = baseline only).
+    pub search_attempts: u32,
+    /// Where to save (and from where to resume) the search state.
+    pub search_state: Option<std::path::PathBuf>,
 }
+
+impl BuildOptions {
+    /// Defaults for `tiles` tiles: all threads, no forced grid, the default search.
+    pub fn new(tiles: usize) -> Self {
+        BuildOptions {
+            tiles,
+            threads: 0,
+            grid: None,
+            search_attempts: DEFAULT_SEARCH_ATTEMPTS,
+            search_state: None,
+        }
+    }
+}
+
+/// Default number of search attempts.
+pub const DEFAULT_SEARCH_ATTEMPTS: u32 = 16;
 
 /// What a build produced.
 #[derive(Clone, Debug)]
@@ -91,10 +111,26 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     let outer = info_span!("ipu_codegen.package.phase", phase = "plan_package");
     let plan_start = Instant::now();
     let og = outer.enter();
-    let plan = phase("plan_kernels", &mut timings, || {
-        plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid: opts.grid })
-    })
-    .map_err(|err| BuildError::Plan { file: file.into(), err })?;
+    let mut grid = opts.grid;
+    let mut searched = None;
+    if let (None, Some(mm)) = (grid, crate::search::searchable(&graph)) {
+        let out = phase("search_plan", &mut timings, || {
+            crate::search::run(
+                &mm,
+                src,
+                opts.tiles,
+                opts.search_attempts,
+                opts.search_state.as_deref(),
+                &pool,
+            )
+        })
+        .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?;
+        grid = Some(out.grid);
+        searched = Some(out);
+    }
+    let plan =
+        phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid }))
+            .map_err(|err| BuildError::Plan { file: file.into(), err })?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }
@@ -171,8 +207,8 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         plan: PlanSummary {
             predicted_cycles: plan.cost.cycles,
             predicted_exchange_cycles: plan.cost.exchange,
-            baseline_cycles: plan.cost.cycles,
-            search_attempts: 0,
+            baseline_cycles: searched.map(|o| o.baseline_cycles).unwrap_or(plan.cost.cycles),
+            search_attempts: searched.map(|o| o.attempts).unwrap_or(0),
             memory: linked.iter().map(|l| l.memory).collect(),
             grids: plan.grids.clone(),
         },

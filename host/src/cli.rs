@@ -75,6 +75,12 @@ enum Cmd {
         /// Print per-phase build times.
         #[arg(long)]
         timings: bool,
+        /// Candidate mappings the search evaluates beyond the baseline.
+        #[arg(long, default_value_t = ipu_host::build::DEFAULT_SEARCH_ATTEMPTS)]
+        search_attempts: u32,
+        /// Save the search state here after each improvement, and resume from it if present.
+        #[arg(long)]
+        search_state: Option<PathBuf>,
     },
     /// Run a package on a device and check it against the host reference.
     Run {
@@ -156,11 +162,9 @@ fn do_build(
     name: &str,
     src: &str,
     output: &Path,
-    tiles: usize,
-    threads: usize,
+    opts: &BuildOptions,
 ) -> Result<ipu_host::build::Built, Failure> {
-    let built =
-        build(name, src, &BuildOptions { tiles, threads, grid: None }).map_err(|e| bad(e.to_string()))?;
+    let built = build(name, src, opts).map_err(|e| bad(e.to_string()))?;
     ipu_host::atomic::write_atomic(output, &built.bytes)
         .map_err(|e| bad(format!("{}: {e}", output.display())))?;
     tracing::info!(path = %output.display(), bytes = built.bytes.len(), "application package written");
@@ -231,9 +235,10 @@ fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_js
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
-        Cmd::Build { model, output, tiles, threads, json, timings } => {
+        Cmd::Build { model, output, tiles, threads, json, timings, search_attempts, search_state } => {
             let src = read_text(&model)?;
-            let b = do_build(&model.display().to_string(), &src, &output, tiles, threads)?;
+            let opts = BuildOptions { tiles, threads, grid: None, search_attempts, search_state };
+            let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
             if timings {
                 for (phase, ms) in &b.timings {
                     eprintln!("phase {phase:<20} {ms:>6} ms");
@@ -260,7 +265,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Demo { dir, args } => {
             std::fs::create_dir_all(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
             let path = dir.join("attention.ipuexe");
-            do_build(EXAMPLE.0, EXAMPLE.1, &path, EXAMPLE_TILES, args.threads)?;
+            let opts = BuildOptions { threads: args.threads, ..BuildOptions::new(EXAMPLE_TILES) };
+            do_build(EXAMPLE.0, EXAMPLE.1, &path, &opts)?;
             run_package(&path, &args)?;
         }
         Cmd::Asm { file, output } => {

@@ -14,6 +14,7 @@ pub mod package;
 pub mod pcie;
 pub mod program;
 pub mod reference;
+pub mod search;
 pub mod session;
 pub mod sim;
 

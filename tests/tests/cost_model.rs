@@ -15,7 +15,8 @@ fn matmul(m: u64, k: u64, n: u64, acc: &str) -> String {
 
 /// Simulated cycles of one `run` call (inputs do not change timing) and the prediction.
 fn measure(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64) {
-    let b = build("m.toml", src, &BuildOptions { tiles, threads: 2, grid }).expect("builds");
+    let b =
+        build("m.toml", src, &BuildOptions { threads: 2, grid, ..BuildOptions::new(tiles) }).expect("builds");
     let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
     load(&mut dev, &b.package).unwrap();
     dev.run_to_host_sync().unwrap();

@@ -60,7 +60,9 @@ accumulate = "f16"
 
 /// Build for `tiles`, run two resident inferences; returns (cycles, predicted, max |dev − f64|).
 fn run(src: &str, tiles: usize, out_dir: Option<&std::path::Path>) -> (u64, u64, f64) {
-    let built = build("model.toml", src, &BuildOptions { tiles, threads: 2, grid: None }).expect("builds");
+    let built =
+        build("model.toml", src, &BuildOptions { threads: 2, grid: None, ..BuildOptions::new(tiles) })
+            .expect("builds");
     let pkg = Package::from_bytes(&built.bytes).expect("valid package");
     let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
     let opts = RunOptions {
@@ -133,7 +135,8 @@ scale = -2
     assert!(String::from_utf8_lossy(&bytes[..128]).contains("'descr': '|u1'"), "uint8 npy");
     let codes = &bytes[bytes.len() - 3 * 7 * 45..];
     // The same generated Q through ipu_core::fp8 (bit-exact with ml_dtypes: fp8_mldtypes.rs).
-    let built = build("cast.toml", src, &BuildOptions { tiles: 5, threads: 1, grid: None }).unwrap();
+    let built =
+        build("cast.toml", src, &BuildOptions { threads: 1, grid: None, ..BuildOptions::new(5) }).unwrap();
     let q = session::generated(&built.package.bindings[0], 11);
     for (i, (c, x)) in codes.iter().zip(&q.data).enumerate() {
         let want =
@@ -147,11 +150,13 @@ fn unsupported_fp8_combinations_are_refused_clearly() {
     let src = attention(1, 4, 4, 16, "f8e4m3", 0)
         .replacen("accumulate = \"f16\"", "accumulate = \"f32\"", 1)
         .replacen("dtype = \"f16\"\naccumulate = \"f32\"", "dtype = \"f32\"\naccumulate = \"f32\"", 1);
-    let e =
-        build("m.toml", &src, &BuildOptions { tiles: 4, threads: 1, grid: None }).unwrap_err().to_string();
+    let e = build("m.toml", &src, &BuildOptions { threads: 1, grid: None, ..BuildOptions::new(4) })
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("FP8 operands accumulate in f16") && e.starts_with("m.toml:"), "{e}");
     let mixed = attention(1, 4, 4, 16, "f8e4m3", 0).replace("b = \"K8\"", "b = \"K\"");
-    let e =
-        build("m.toml", &mixed, &BuildOptions { tiles: 4, threads: 1, grid: None }).unwrap_err().to_string();
+    let e = build("m.toml", &mixed, &BuildOptions { threads: 1, grid: None, ..BuildOptions::new(4) })
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unsupported dtype combination: a is f8e4m3, b is f16"), "{e}");
 }

@@ -21,7 +21,8 @@ fn model(m: u64, k: u64, n: u64, acc: &str, ta: bool, tb: bool) -> String {
 
 /// Build and run; returns (device cycles, predicted cycles, max |device − f64|, output tensor).
 fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
-    let built = build("mm.toml", src, &BuildOptions { tiles, threads: 1, grid }).expect("builds");
+    let built = build("mm.toml", src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) })
+        .expect("builds");
     let pkg = Package::from_bytes(&built.bytes).expect("reads back");
     assert_eq!(pkg, built.package);
     let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 100_000_000 }).unwrap();
@@ -97,7 +98,7 @@ fn k_split_reduces_partials_over_the_exchange() {
     let built = build(
         "mm.toml",
         &model(40, 100, 24, "f16", false, false),
-        &BuildOptions { tiles: 24, threads: 1, grid: Some([4, 2, 3]) },
+        &BuildOptions { threads: 1, grid: Some([4, 2, 3]), ..BuildOptions::new(24) },
     )
     .unwrap();
     assert_eq!(built.package.run_call().phases, 3, "compute, exchange, reduce");

@@ -75,7 +75,7 @@ fn package_reader() {
     let b = ipu_host::build::build(
         "a.toml",
         &src,
-        &ipu_host::build::BuildOptions { tiles: 4, threads: 1, grid: None },
+        &ipu_host::build::BuildOptions { threads: 1, grid: None, ..ipu_host::build::BuildOptions::new(4) },
     )
     .unwrap();
     run("package", fuzz::package, &[b.bytes], 1500);

@@ -14,7 +14,7 @@ use common::Rng;
 fn base() -> (Package, Vec<u8>) {
     let src =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/matmul.toml")).unwrap();
-    let b = build("m.toml", &src, &BuildOptions { tiles: 8, threads: 1, grid: None }).unwrap();
+    let b = build("m.toml", &src, &BuildOptions { threads: 1, grid: None, ..BuildOptions::new(8) }).unwrap();
     (b.package, b.bytes)
 }
 

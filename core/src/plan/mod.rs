@@ -6,6 +6,7 @@ pub mod chain;
 pub mod cost;
 pub mod exchange;
 pub mod matmul;
+pub mod search;
 
 use alloc::string::String;
 use alloc::vec::Vec;

@@ -1,0 +1,33 @@
+//! Plan search for the matmul planner (docs/search.md): candidates are screened by the analytic
+//! estimate, then evaluated in screening order with the full planner and cost model. Evaluation
+//! is a pure function of (model, target, grid), so a caller may evaluate a batch concurrently;
+//! improvements are accepted in screening order, so the result never depends on thread count.
+
+use alloc::vec::Vec;
+
+use super::matmul::{self, Grid, MatMul};
+use super::{Plan, PlanError};
+
+/// Grids in screening order (best estimate first), with the estimate and the exchange pressure
+/// (largest number of words a tile receives over the exchange in one `run` call).
+pub fn screen(mm: &MatMul, tiles: usize) -> Vec<(Grid, u64, u64)> {
+    let mut c: Vec<(Grid, u64, u64)> = matmul::candidates(mm, tiles)
+        .into_iter()
+        .map(|g| (g, matmul::estimate(mm, g), pressure(mm, g)))
+        .collect();
+    c.sort_by_key(|(g, est, _)| (*est, g.tm * g.tn * g.tk, *g));
+    c
+}
+
+/// Words the busiest tile receives: the K-group root takes `tk − 1` partial blocks.
+pub fn pressure(mm: &MatMul, g: Grid) -> u64 {
+    let rows = mm.m.div_ceil(g.tm);
+    let nbt = mm.nb().div_ceil(g.tn);
+    (g.tk - 1).saturating_mul(nbt).saturating_mul(240 + rows * 32) / 4
+}
+
+/// Evaluate one grid with the full planner: its predicted cycles.
+pub fn evaluate(mm: &MatMul, g: Grid, tiles: usize) -> Result<(u64, Plan), PlanError> {
+    let p = matmul::plan(mm, g, tiles)?;
+    Ok((p.cost.cycles, p))
+}

@@ -1,0 +1,192 @@
+//! The plan search driver (docs/search.md): screening, concurrent evaluation with in-order
+//! acceptance, and a resumable search state written atomically after every accepted improvement.
+
+use ipu_core::graph::{Graph, OpKind};
+use ipu_core::plan::matmul::{Grid, MatMul};
+use ipu_core::plan::search;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use tracing::info;
+
+/// A grid and its predicted cycles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Point {
+    /// `[tm, tn, tk]`.
+    pub grid: [u64; 3],
+    /// Predicted cycles of a `run` call.
+    pub cycles: u64,
+}
+
+/// The search state file (JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchState {
+    /// `"ipu-codegen-search-state"`.
+    pub format: String,
+    /// 1.
+    pub version: u32,
+    /// SHA-256 of model text, target tiles and compiler version.
+    pub digest: String,
+    /// Candidates evaluated after the baseline.
+    pub attempts: u32,
+    /// The screening's first choice.
+    pub baseline: Point,
+    /// The best plan so far.
+    pub incumbent: Point,
+}
+
+/// What the search chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Grid to build.
+    pub grid: [u32; 3],
+    /// Baseline cycles.
+    pub baseline_cycles: u64,
+    /// Attempts made in total (including resumed ones).
+    pub attempts: u32,
+}
+
+fn digest(src: &str, tiles: usize) -> String {
+    let mut h = Sha256::new();
+    h.update(src.as_bytes());
+    h.update(tiles.to_le_bytes());
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    crate::build::hex(&h.finalize())
+}
+
+fn to_grid(g: Grid) -> [u64; 3] {
+    [g.tm, g.tn, g.tk]
+}
+
+/// The single-matmul graphs the search applies to.
+pub fn searchable(g: &Graph) -> Option<MatMul> {
+    if g.ops.len() != 1 {
+        return None;
+    }
+    match g.ops[0].kind {
+        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha: None }
+            if g.tensor(a).shape.len() == 2
+                && g.tensor(b).shape.len() == 2
+                && g.tensor(a).dtype == ipu_schema::DType::F16
+                && g.tensor(b).dtype == ipu_schema::DType::F16 =>
+        {
+            Some(MatMul::new(g, a, b, g.ops[0].output, transpose_a, transpose_b, accumulate))
+        }
+        _ => None,
+    }
+}
+
+/// Run (or resume) the search. `pool` evaluates candidates concurrently.
+pub fn run(
+    mm: &MatMul,
+    src: &str,
+    tiles: usize,
+    attempts: u32,
+    state_path: Option<&Path>,
+    pool: &rayon::ThreadPool,
+) -> Result<Outcome, String> {
+    let screened = search::screen(mm, tiles);
+    let Some(&(first, _, first_pressure)) = screened.first() else {
+        return Err("no tile mapping fits in tile memory".into());
+    };
+    let eval = |g: Grid| search::evaluate(mm, g, tiles).map(|(c, _)| c).map_err(|e| e.to_string());
+    let digest = digest(src, tiles);
+    let mut state = match state_path.filter(|p| p.exists()) {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let s: SearchState = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not a search state: {e}", p.display()))?;
+            if s.format != "ipu-codegen-search-state" || s.version != 1 {
+                return Err(format!(
+                    "{}: unknown search state format {} v{}",
+                    p.display(),
+                    s.format,
+                    s.version
+                ));
+            }
+            if s.digest != digest {
+                return Err(format!(
+                    "{}: search state was saved for another model, target or compiler version; delete it or use another path",
+                    p.display()
+                ));
+            }
+            let g = Grid { tm: s.incumbent.grid[0], tn: s.incumbent.grid[1], tk: s.incumbent.grid[2] };
+            let again = eval(g)?;
+            if again != s.incumbent.cycles {
+                return Err(format!(
+                    "{}: incumbent re-costs to {again} cycles, state says {}",
+                    p.display(),
+                    s.incumbent.cycles
+                ));
+            }
+            info!(path = %p.display(), attempts = s.attempts, "loaded mid-plan search state");
+            info!(cycles = again, resuming = true, "validated search incumbent");
+            s
+        }
+        None => {
+            let c = eval(first)?;
+            let p = Point { grid: to_grid(first), cycles: c };
+            SearchState {
+                format: "ipu-codegen-search-state".into(),
+                version: 1,
+                digest,
+                attempts: 0,
+                baseline: p,
+                incumbent: p,
+            }
+        }
+    };
+    let save = |s: &SearchState| -> Result<(), String> {
+        if let Some(p) = state_path {
+            let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+            crate::atomic::write_atomic(p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
+            info!(path = %p.display(), attempts = s.attempts, bytes = text.len(), "saved mid-plan search state");
+        }
+        Ok(())
+    };
+    let end = (attempts as usize).min(screened.len().saturating_sub(1));
+    let start = state.attempts as usize;
+    let batch = pool.current_num_threads().max(1);
+    let mut next = start;
+    while next < end {
+        let upto = (next + batch).min(end);
+        // Candidates 1..: evaluated concurrently, accepted in screening order.
+        let results: Vec<Result<u64, String>> =
+            pool.install(|| screened[next + 1..upto + 1].par_iter().map(|(g, _, _)| eval(*g)).collect());
+        for (i, r) in results.into_iter().enumerate() {
+            let (g, _, pr) = screened[next + 1 + i];
+            state.attempts = (next + 1 + i) as u32;
+            let cycles = r?;
+            if cycles < state.incumbent.cycles {
+                info!(
+                    attempt = state.attempts,
+                    before = state.incumbent.cycles,
+                    after = cycles,
+                    grid = ?to_grid(g),
+                    pressure = pr,
+                    "accepted local layout improvement"
+                );
+                state.incumbent = Point { grid: to_grid(g), cycles };
+                save(&state)?;
+            }
+        }
+        next = upto;
+    }
+    let inc = state.incumbent;
+    let inc_pressure = screened.iter().find(|(g, _, _)| to_grid(*g) == inc.grid).map(|x| x.2).unwrap_or(0);
+    info!(
+        candidates = screened.len(),
+        baseline_cycles = state.baseline.cycles,
+        candidate_cycles = inc.cycles,
+        baseline_pressure = first_pressure,
+        candidate_pressure = inc_pressure,
+        "screened tile mappings by exchange resource load"
+    );
+    save(&state)?;
+    Ok(Outcome {
+        grid: [inc.grid[0] as u32, inc.grid[1] as u32, inc.grid[2] as u32],
+        baseline_cycles: state.baseline.cycles,
+        attempts: state.attempts,
+    })
+}
