@@ -24,9 +24,16 @@ done
 cd fuzz
 for t in package model npy asm; do
   log=$(mktemp)
+  status=0
   cargo fuzz run "$t" -s none "corpus/$t" -- -max_total_time="$secs" -fork="$jobs" -rss_limit_mb=2048 \
-    -ignore_crashes=0 >"$log" 2>&1 || { tail -40 "$log"; echo "FUZZ FAILURE in $t"; exit 1; }
-  runs=$(grep -Eo '(Done [0-9]+ runs|#[0-9]+\s+DONE)' "$log" | tail -1)
-  echo "fuzz target=$t seconds=$secs jobs=$jobs $runs corpus=$(ls "corpus/$t" | wc -l) crashes=0"
+    >"$log" 2>&1 || status=$?
+  # Fork mode's last stats line: "#RUNS: cov: C ft: F corp: N exec/s: E oom/timeout/crash: a/b/c ...".
+  stats=$(grep -E '^#[0-9]+: cov' "$log" | tail -1 || true)
+  bad=$(printf '%s' "$stats" | sed -nE 's#.*oom/timeout/crash: ([0-9]+)/([0-9]+)/([0-9]+).*#\1 \2 \3#p')
+  if [ -n "$(ls -A "artifacts/$t" 2>/dev/null)" ] || [ "${bad:-0 0 0}" != "0 0 0" ]; then
+    tail -40 "$log"; echo "FUZZ FAILURE in $t: see fuzz/artifacts/$t"; exit 1
+  fi
+  if [ -z "$stats" ]; then tail -20 "$log"; echo "FUZZ FAILURE in $t: no statistics (exit $status)"; exit 1; fi
+  echo "fuzz target=$t seconds=$secs jobs=$jobs cpu_seconds=$((secs * jobs)) ${stats}"
   rm -f "$log"
 done
