@@ -11,7 +11,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 cargo build -p ipu-host >/dev/null
 exe=target/debug/ipu-codegen
 corpus=fuzz/corpus
-mkdir -p "$corpus"/{package,model,npy,asm}
+mkdir -p "$corpus"/{package,model,npy,asm,search_state}
 cp examples/*.toml "$corpus/model/"
 cp tests/programs/*.s "$corpus/asm/"
 for m in examples/*.toml; do
@@ -21,8 +21,10 @@ for m in examples/*.toml; do
   for f in fuzz/npy-$n/*.npy; do [ -e "$f" ] && cp "$f" "$corpus/npy/$n-$(basename "$f")"; done
   rm -rf "fuzz/npy-$n"
 done
+"$exe" build examples/matmul.toml -o "$corpus/package/searched.ipuexe" --tiles 64 --search-attempts 3 \
+  --search-state "$corpus/search_state/state.json" >/dev/null 2>&1
 cd fuzz
-for t in package model npy asm; do
+for t in ${TARGETS:-package model npy asm search_state}; do
   log=$(mktemp)
   status=0
   cargo fuzz run "$t" -s none "corpus/$t" -- -max_total_time="$secs" -fork="$jobs" -rss_limit_mb=2048 \

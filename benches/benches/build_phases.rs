@@ -15,16 +15,23 @@ fn run(name: &str, src: &str, tiles: usize) {
     totals.sort_unstable();
     let phases: Vec<&str> = samples[0].iter().map(|(p, _)| *p).collect();
     let median = |p: &str| {
-        let mut v: Vec<u128> = samples.iter().filter_map(|s| s.iter().find(|(q, _)| *q == p).map(|x| x.1)).collect();
+        let mut v: Vec<u128> =
+            samples.iter().filter_map(|s| s.iter().find(|(q, _)| *q == p).map(|x| x.1)).collect();
         v.sort_unstable();
         v[v.len() / 2]
     };
     let parts: Vec<String> = phases.iter().map(|p| format!("{p}={}ms", median(p))).collect();
-    println!("build_phases model={name} tiles={tiles} total_ms={:.1} {}", totals[2] as f64 / 1000.0, parts.join(" "));
+    println!(
+        "build_phases model={name} tiles={tiles} total_ms={:.1} {}",
+        totals[2] as f64 / 1000.0,
+        parts.join(" ")
+    );
 }
 
 fn main() {
-    let ex = |n: &str| std::fs::read_to_string(format!("{}/../examples/{n}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let ex = |n: &str| {
+        std::fs::read_to_string(format!("{}/../examples/{n}.toml", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    };
     run("attention", &ex("attention"), 64);
     run("qk", &ex("qk"), 64);
     run("matmul-1472", &ex("matmul"), 1472);

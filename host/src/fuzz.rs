@@ -32,3 +32,9 @@ pub fn asm(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else { return false };
     crate::program::TileProgram::from_asm(text).is_ok()
 }
+
+/// The search-state loader.
+pub fn search_state(data: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(data) else { return false };
+    crate::search::parse_state(text).is_ok()
+}

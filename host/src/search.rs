@@ -59,6 +59,20 @@ fn to_grid(g: Grid) -> [u64; 3] {
     [g.tm, g.tn, g.tk]
 }
 
+/// Parse and check a search state (untrusted text): format, version and grid values.
+pub fn parse_state(text: &str) -> Result<SearchState, String> {
+    let s: SearchState = serde_json::from_str(text).map_err(|e| format!("not a search state: {e}"))?;
+    if s.format != "ipu-codegen-search-state" || s.version != 1 {
+        return Err(format!("unknown search state format {} v{}", s.format, s.version));
+    }
+    for p in [s.baseline, s.incumbent] {
+        if p.grid.iter().any(|d| *d == 0 || *d > ipu_core::target::NUM_TILES as u64) {
+            return Err(format!("grid {:?} out of range", p.grid));
+        }
+    }
+    Ok(s)
+}
+
 /// The single-matmul graphs the search applies to.
 pub fn searchable(g: &Graph) -> Option<MatMul> {
     if g.ops.len() != 1 {
@@ -95,16 +109,7 @@ pub fn run(
     let mut state = match state_path.filter(|p| p.exists()) {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            let s: SearchState = serde_json::from_str(&text)
-                .map_err(|e| format!("{}: not a search state: {e}", p.display()))?;
-            if s.format != "ipu-codegen-search-state" || s.version != 1 {
-                return Err(format!(
-                    "{}: unknown search state format {} v{}",
-                    p.display(),
-                    s.format,
-                    s.version
-                ));
-            }
+            let s = parse_state(&text).map_err(|e| format!("{}: {e}", p.display()))?;
             if s.digest != digest {
                 return Err(format!(
                     "{}: search state was saved for another model, target or compiler version; delete it or use another path",

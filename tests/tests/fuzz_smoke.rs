@@ -109,3 +109,17 @@ fn assembler() {
             .collect();
     run("asm", fuzz::asm, &seeds, 5000);
 }
+
+#[test]
+fn search_state_loader() {
+    let d = tempfile::tempdir().unwrap();
+    let state = d.path().join("s.json");
+    let src = String::from_utf8(examples()[0].clone()).unwrap();
+    let opts = ipu_host::build::BuildOptions {
+        search_attempts: 2,
+        search_state: Some(state.clone()),
+        ..ipu_host::build::BuildOptions::new(64)
+    };
+    ipu_host::build::build("m.toml", &src, &opts).unwrap();
+    run("search_state", fuzz::search_state, &[std::fs::read(&state).unwrap()], 5000);
+}
