@@ -191,7 +191,6 @@ fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
         output_dir: a.output_dir.clone(),
         seed: a.seed,
         iterations: a.iterations,
-        wait: !a.no_wait,
     };
     let out = session::run(&pkg, dev.as_mut(), &opts).map_err(|e| match e {
         RunError::Input(m) => bad(m),

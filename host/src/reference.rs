@@ -215,7 +215,6 @@ pub fn evaluate(
                 let (ea, eb) = (&exact[&g.tensor(*a).name], &exact[&g.tensor(*b).name]);
                 let (_, m, k, n) =
                     matmul_shape(g.tensor(*a), g.tensor(*b), *transpose_a, *transpose_b).unwrap();
-                let batch = c.len() as u64 / (m * n);
                 let (ab, bb) = (g.tensor(*a).shape.len() > 2, g.tensor(*b).shape.len() > 2);
                 let ex: Vec<f64> = (0..c.len() as u64)
                     .into_par_iter()
@@ -233,7 +232,6 @@ pub fn evaluate(
                         s * alpha.unwrap_or(1.0) as f64
                     })
                     .collect();
-                let _ = batch;
                 (HostTensor { dtype: out.dtype, shape, data: c }, ex)
             }
             OpKind::Cast { input } => {

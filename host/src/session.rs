@@ -25,8 +25,6 @@ pub struct RunOptions {
     pub seed: u64,
     /// Resident inferences.
     pub iterations: u32,
-    /// Wait for the device lock (else fail at once if busy).
-    pub wait: bool,
 }
 
 /// Outcome.
@@ -311,24 +309,14 @@ fn fmt_err(e: f64) -> String {
     }
 }
 
-/// Read and validate a package file (memory-mapped).
+/// Read and validate a package file. It is read whole rather than memory-mapped: a mapping could
+/// change under us after validation, and mapping needs `unsafe` (docs/architecture.md).
 pub fn read_package(path: &std::path::Path) -> Result<Package, RunError> {
-    let file = std::fs::File::open(path).map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
-    let map = unsafe_free_map(&file).map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
     info!("reading application package");
-    let pkg = Package::from_bytes(&map).map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
+    let pkg = Package::from_bytes(&bytes).map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
     info!(tiles = pkg.tile_count, compiler = %pkg.info.compiler, "application package read");
     Ok(pkg)
-}
-
-/// The package bytes. `memmap2` needs `unsafe` (the file could change under the map), which this
-/// workspace forbids; reading the file whole gives the same validated bytes.
-fn unsafe_free_map(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut v = Vec::new();
-    let mut f = file;
-    f.read_to_end(&mut v)?;
-    Ok(v)
 }
 
 /// Take the device lock for `device`.

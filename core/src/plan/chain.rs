@@ -118,10 +118,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 return unsupported(i, "transpose_a is not supported in a chain".into());
             }
             let bt = g.tensor(b);
-            let Some((_, _, k, _)) = matmul_shape(g.tensor(a), bt, false, transpose_b) else {
-                unreachable!("parser checked")
-            };
-            let _ = k;
+            if matmul_shape(g.tensor(a), bt, false, transpose_b).is_none() {
+                return unsupported(i, format!("`{}` does not match the rows' columns", bt.name));
+            }
             if bt.shape.len() > 2 && bt.shape[..bt.shape.len() - 2] != batch[..] {
                 return unsupported(
                     i,
