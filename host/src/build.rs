@@ -125,8 +125,10 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             )
         })
         .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?;
-        grid = Some(out.grid);
-        searched = Some(out);
+        if let Some(out) = out {
+            grid = Some(out.grid);
+            searched = Some(out);
+        }
     }
     let plan =
         phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid }))
