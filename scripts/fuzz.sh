@@ -27,7 +27,7 @@ cd fuzz
 for t in ${TARGETS:-package model npy asm search_state}; do
   log=$(mktemp)
   status=0
-  cargo fuzz run "$t" -s none "corpus/$t" -- -max_total_time="$secs" -fork="$jobs" -rss_limit_mb=2048 \
+  cargo fuzz run "$t" -s none "corpus/$t" -- -max_total_time="$secs" -fork="$jobs" -rss_limit_mb=2048 -timeout=10 \
     >"$log" 2>&1 || status=$?
   # Fork mode's last stats line: "#RUNS: cov: C ft: F corp: N exec/s: E oom/timeout/crash: a/b/c ...".
   stats=$(grep -E '^#[0-9]+: cov' "$log" | tail -1 || true)

@@ -123,3 +123,21 @@ fn search_state_loader() {
     ipu_host::build::build("m.toml", &src, &opts).unwrap();
     run("search_state", fuzz::search_state, &[std::fs::read(&state).unwrap()], 5000);
 }
+
+/// Found by libFuzzer: nested lists in an npy header made npyz's parser take exponential time.
+#[test]
+fn npy_nested_lists_are_refused_quickly() {
+    let header = format!("{{'descr': {}'<f2'{}, 'fortran_order': False, 'shape': (1,), }}", "[".repeat(40), "]".repeat(40));
+    let mut h = header.into_bytes();
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(b' ');
+    }
+    h.push(b'\n');
+    let mut file = b"\x93NUMPY\x01\x00".to_vec();
+    file.extend((h.len() as u16).to_le_bytes());
+    file.extend(h);
+    let t = std::time::Instant::now();
+    let err = ipu_host::npy::from_bytes(&file).unwrap_err();
+    assert!(err.contains("structured dtypes are not supported"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(1));
+}
