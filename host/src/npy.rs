@@ -22,12 +22,37 @@ fn precheck(bytes: &[u8]) -> Result<(), String> {
     }
     let (len, start): (usize, usize) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => {
+            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
+        }
         v => return Err(format!("unsupported .npy version {v}")),
     };
     let header = bytes.get(start..start.saturating_add(len)).ok_or("header longer than the file")?;
     if header.contains(&b'[') {
         return Err("structured dtypes are not supported (only <f4, <f2 and |u1)".into());
+    }
+    // A valid header is one dict with one shape tuple; deeper nesting is refused (npyz's parser is
+    // exponential in nesting depth — fuzzing found `{{{{…` too).
+    let count = |c: u8| header.iter().filter(|b| **b == c).count();
+    if count(b'{') != 1 || count(b'(') != 1 || count(b')') != 1 {
+        return Err("malformed header (expected one dict with one shape tuple)".into());
+    }
+    // The shape: npyz multiplies it without overflow checks (fuzzing found a panic), so the
+    // element count is checked here against the file size first.
+    let text = std::str::from_utf8(header).map_err(|_| "header is not text")?;
+    let key = text.find("'shape'").or_else(|| text.find("\"shape\"")).ok_or("header has no shape")?;
+    let open = key + text[key..].find('(').ok_or("header has no shape tuple")?;
+    let close = open + text[open..].find(')').ok_or("header has no shape tuple")?;
+    let mut elements: u64 = 1;
+    for dim in text[open + 1..close].split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let d: u64 = dim.parse().map_err(|_| format!("shape dimension `{dim}` is not a number"))?;
+        elements = elements.checked_mul(d).ok_or("shape overflows")?;
+    }
+    if elements > bytes.len() as u64 {
+        return Err(format!(
+            "header declares {elements} elements but the file has only {} bytes",
+            bytes.len()
+        ));
     }
     Ok(())
 }
@@ -35,7 +60,10 @@ fn precheck(bytes: &[u8]) -> Result<(), String> {
 /// Parse `.npy` bytes (untrusted: every size is checked against the input before allocating).
 pub fn from_bytes(bytes: &[u8]) -> Result<HostTensor, String> {
     precheck(bytes)?;
-    let file = npyz::NpyFile::new(bytes).map_err(|e| format!("not a .npy file: {e}"))?;
+    // Defence in depth: a panic inside the third-party parser becomes an error, not a crash.
+    let file = std::panic::catch_unwind(|| npyz::NpyFile::new(bytes))
+        .map_err(|_| "npy header could not be parsed".to_string())?
+        .map_err(|e| format!("not a .npy file: {e}"))?;
     if file.order() != npyz::Order::C {
         return Err("Fortran-order arrays are not supported; save with C order".into());
     }

@@ -127,7 +127,11 @@ fn search_state_loader() {
 /// Found by libFuzzer: nested lists in an npy header made npyz's parser take exponential time.
 #[test]
 fn npy_nested_lists_are_refused_quickly() {
-    let header = format!("{{'descr': {}'<f2'{}, 'fortran_order': False, 'shape': (1,), }}", "[".repeat(40), "]".repeat(40));
+    let header = format!(
+        "{{'descr': {}'<f2'{}, 'fortran_order': False, 'shape': (1,), }}",
+        "[".repeat(40),
+        "]".repeat(40)
+    );
     let mut h = header.into_bytes();
     while (10 + h.len() + 1) % 64 != 0 {
         h.push(b' ');
@@ -140,4 +144,20 @@ fn npy_nested_lists_are_refused_quickly() {
     let err = ipu_host::npy::from_bytes(&file).unwrap_err();
     assert!(err.contains("structured dtypes are not supported"), "{err}");
     assert!(t.elapsed() < std::time::Duration::from_secs(1));
+}
+
+/// Inputs libFuzzer found (tests/data/npy-regressions): exponential header parsing on nested
+/// braces, and a shape whose element count overflows inside npyz. Each must fail fast, no panic.
+#[test]
+fn npy_fuzzer_findings_are_refused_quickly() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/npy-regressions");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let t = std::time::Instant::now();
+        assert!(ipu_host::npy::from_bytes(&bytes).is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        n += 1;
+    }
+    assert_eq!(n, 3);
 }
