@@ -57,7 +57,12 @@ pub enum AsmErrorKind {
     Overlap,
     /// A bundle at an address that is not a multiple of 8 (docs/target.md §4.1).
     MisalignedBundle(u32),
+    /// An address outside the 21-bit tile address space.
+    AddressRange(u64),
 }
+
+/// Tile addresses are 21 bits (FS §1.1).
+pub const ADDRESS_LIMIT: u64 = 1 << 21;
 
 impl fmt::Display for AsmError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -73,6 +78,9 @@ impl fmt::Display for AsmError {
             AsmErrorKind::LineTooLong => write!(f, "statement longer than {MAX_LINE} characters"),
             AsmErrorKind::BadDirective => f.write_str("unknown or malformed directive"),
             AsmErrorKind::Overlap => f.write_str("segment overlaps an earlier one"),
+            AsmErrorKind::AddressRange(a) => {
+                write!(f, "address {a:#x} outside the 21-bit tile address space")
+            }
             AsmErrorKind::MisalignedBundle(a) => {
                 write!(f, "bundle at {a:#x} is not 8-byte aligned (insert a nop before it)")
             }
@@ -173,9 +181,12 @@ impl<'src> State<'src, '_> {
             }
         }
         for s in &self.prog.segments {
-            if addr < s.addr + s.len as u32 && s.addr < addr.saturating_add(1) {
+            if (addr as u64) < s.addr as u64 + s.len as u64 && s.addr <= addr {
                 return Err(AsmErrorKind::Overlap);
             }
+        }
+        if addr as u64 >= ADDRESS_LIMIT {
+            return Err(AsmErrorKind::AddressRange(addr as u64));
         }
         let seg = Segment { addr, offset: self.prog.used, len: 0 };
         self.prog.segments.push(seg).map_err(|_| AsmErrorKind::TooManySegments)?;
@@ -198,7 +209,11 @@ impl<'src> State<'src, '_> {
         if let Some(seg) = self.prog.segments.last_mut() {
             seg.len += bytes.len();
         }
-        self.addr += bytes.len() as u32;
+        let next = self.addr as u64 + bytes.len() as u64;
+        if next > ADDRESS_LIMIT {
+            return Err(AsmErrorKind::AddressRange(next));
+        }
+        self.addr = next as u32;
         Ok(())
     }
 

@@ -161,3 +161,16 @@ fn npy_fuzzer_findings_are_refused_quickly() {
     }
     assert_eq!(n, 3);
 }
+
+/// Found by libFuzzer (tests/data/asm-regressions): `.org 0x-1` wrapped the address counter.
+#[test]
+fn asm_fuzzer_findings_are_refused() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/asm-regressions");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(!fuzz::asm(&bytes));
+    }
+    let e = ipu_host::program::TileProgram::from_asm(".org 0x1ffffc\n.word 1, 2\n").unwrap_err();
+    assert_eq!(e.to_string(), "line 2: address 0x200004 outside the 21-bit tile address space");
+    assert!(ipu_host::program::TileProgram::from_asm(".org 0x-1\n").is_err());
+}

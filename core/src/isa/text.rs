@@ -78,6 +78,9 @@ pub fn parse_int(s: &str) -> Option<i64> {
         None => (false, s),
     };
     let v = if let Some(h) = body.strip_prefix("0x").or_else(|| body.strip_prefix("0X")) {
+        if h.starts_with(['-', '+']) {
+            return None;
+        }
         i64::from_str_radix(h, 16).ok()?
     } else {
         body.parse::<i64>().ok()?
