@@ -8,6 +8,7 @@
 use half::f16;
 use ipu_core::fp8::{self, Fp8Format};
 use ipu_core::graph::{matmul_shape, Graph, OpKind};
+use ipu_core::plan::matmul::split;
 use ipu_schema::DType;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -21,13 +22,6 @@ pub struct HostTensor {
     pub shape: Vec<u64>,
     /// Values (FP8: codes).
     pub data: Vec<f32>,
-}
-
-fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
-    let base = total / parts;
-    let extra = total % parts;
-    let start = i * base + i.min(extra);
-    (start, start + base + u64::from(i < extra))
 }
 
 fn round(x: f32, d: DType) -> f32 {

@@ -3,6 +3,7 @@
 //! softmax — are mapped by (batch entry, block of rows): every tile runs the whole chain for its
 //! rows, so the chain needs no exchange. Side operands are loaded per batch entry by the host.
 
+use super::matmul::split;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -36,13 +37,6 @@ fn is_fp8(d: DType) -> bool {
 
 fn fmt_bit(d: DType) -> u32 {
     u32::from(d == DType::F8E5M2)
-}
-
-fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
-    let base = total / parts;
-    let extra = total % parts;
-    let start = i * base + i.min(extra);
-    (start, start + base + u64::from(i < extra))
 }
 
 fn unsupported<T>(op: usize, what: String) -> Result<T, PlanError> {

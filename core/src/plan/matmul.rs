@@ -91,7 +91,9 @@ pub struct Grid {
     pub tk: u64,
 }
 
-fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
+/// Part `i` of `total` split into `parts` nearly equal ranges, the larger ones first. Shared by the
+/// planners and the host reference (which must reproduce the K split exactly).
+pub fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
     let base = total / parts;
     let extra = total % parts;
     let start = i * base + i.min(extra);
@@ -405,9 +407,4 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             mm.acc.name()
         )],
     })
-}
-
-/// Name used in logs.
-pub fn describe(g: Grid) -> String {
-    format!("{}x{}x{}", g.tm, g.tn, g.tk)
 }
