@@ -26,6 +26,8 @@ pub struct BuildOptions {
     pub search_attempts: u32,
     /// Where to save (and from where to resume) the search state.
     pub search_state: Option<std::path::PathBuf>,
+    /// Carry a profile plan: the runtime stores cycle stamps for `run --profile` (docs/profile.md).
+    pub profile: bool,
 }
 
 impl BuildOptions {
@@ -37,6 +39,7 @@ impl BuildOptions {
             grid: None,
             search_attempts: DEFAULT_SEARCH_ATTEMPTS,
             search_state: None,
+            profile: false,
         }
     }
 }
@@ -131,7 +134,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         }
     }
     let plan =
-        phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { tiles: opts.tiles, grid }))
+        phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { grid, profile: opts.profile, ..PlanOptions::new(opts.tiles) }))
             .map_err(|err| BuildError::Plan { file: file.into(), err })?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
@@ -213,6 +216,13 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             search_attempts: searched.map(|o| o.attempts).unwrap_or(0),
             memory: linked.iter().map(|l| l.memory).collect(),
             grids: plan.grids.clone(),
+            profile: plan.profile.as_ref().map(|p| {
+                let mut p = p.clone();
+                for (t, samples) in p.tiles.iter_mut().enumerate() {
+                    samples.buffer = linked[t].symbols[ipu_core::plan::profile::BUFFER];
+                }
+                p
+            }),
         },
     };
     info!(tiles = opts.tiles, "writing application package");

@@ -52,6 +52,16 @@ struct RunArgs {
     /// Host threads for the simulator and reference (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Write the profile of the last inference (Cap'n Proto, schema/profile.capnp); the package
+    /// must be built with `--profile`.
+    #[arg(long, value_name = "FILE.capnp")]
+    profile: Option<PathBuf>,
+    /// Write the profile as Chrome/Perfetto trace-event JSON (opens in ui.perfetto.dev).
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
+    /// Largest number of slices in the trace (whole tiles are left out past it, with a note).
+    #[arg(long, default_value_t = ipu_host::profile::trace::DEFAULT_MAX_EVENTS)]
+    trace_max_events: usize,
 }
 
 #[derive(Subcommand)]
@@ -81,6 +91,35 @@ enum Cmd {
         /// Save the search state here after each improvement, and resume from it if present.
         #[arg(long)]
         search_state: Option<PathBuf>,
+        /// Carry a profile plan: the runtime stores cycle stamps (2 cycles per sample point) that
+        /// `run --profile` / `--trace` read back.
+        #[arg(long)]
+        profile: bool,
+    },
+    /// Show where the cycles of a profile go, as tables.
+    Profile {
+        /// Profile file written by `run --profile`.
+        file: PathBuf,
+        /// Grouping.
+        #[arg(long, value_enum, default_value = "phase")]
+        group_by: ipu_host::profile::table::GroupBy,
+        /// Rows shown when grouping by tile (busiest first).
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Print one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write a self-contained HTML report of a profile and its package.
+    Report {
+        /// Profile file written by `run --profile`.
+        file: PathBuf,
+        /// The package that was profiled.
+        #[arg(long)]
+        package: PathBuf,
+        /// HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Run a package on a device and check it against the host reference.
     Run {
@@ -191,12 +230,16 @@ fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
         output_dir: a.output_dir.clone(),
         seed: a.seed,
         iterations: a.iterations,
+        profile: a.profile.is_some() || a.trace.is_some(),
     };
     let out = session::run(&pkg, dev.as_mut(), &opts).map_err(|e| match e {
         RunError::Input(m) => bad(m),
         RunError::Device(d) => Failure(1, format!("device {name}: {d}")),
         RunError::Busy(m) => Failure(3, m),
     })?;
+    if let Some(cap) = &out.captured {
+        write_profile(path, &pkg, &out.device, cap, a)?;
+    }
     if a.json {
         let v = serde_json::json!({
             "package": path.display().to_string(),
@@ -218,6 +261,45 @@ fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
     }
 }
 
+fn sha256_of(path: &Path) -> Result<String, Failure> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    Ok(ipu_host::build::hex(&sha2::Sha256::digest(&bytes)))
+}
+
+/// Write `--profile` and `--trace` from the captured stamps.
+fn write_profile(
+    path: &Path,
+    pkg: &ipu_host::package::Package,
+    device: &str,
+    cap: &ipu_host::profile::Captured,
+    a: &RunArgs,
+) -> Result<(), Failure> {
+    use ipu_host::profile::{trace, Profile};
+    let sha = sha256_of(path)?;
+    let p = Profile::from_run(pkg, &path.display().to_string(), &sha, device, cap)
+        .map_err(|e| Failure(1, e.to_string()))?;
+    let write = |file: &Path, bytes: &[u8]| {
+        ipu_host::atomic::write_atomic(file, bytes).map_err(|e| bad(format!("{}: {e}", file.display())))
+    };
+    if let Some(file) = &a.profile {
+        write(file, &p.to_capnp())?;
+        println!("profile={} tiles={} samples={}", file.display(), p.tiles.len(), p.sample_count());
+    }
+    if let Some(file) = &a.trace {
+        let t = trace::trace(&p, a.trace_max_events);
+        let events = t["traceEvents"].as_array().map(Vec::len).unwrap_or(0);
+        write(file, t.to_string().as_bytes())?;
+        println!("trace={} events={events}", file.display());
+    }
+    Ok(())
+}
+
+fn read_profile(file: &Path) -> Result<ipu_host::profile::Profile, Failure> {
+    let bytes = std::fs::read(file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+    ipu_host::profile::Profile::from_capnp(&bytes).map_err(|e| bad(format!("{}: {e}", file.display())))
+}
+
 fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_json::Value {
     serde_json::json!({
         "package": path.display().to_string(),
@@ -234,9 +316,9 @@ fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_js
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
-        Cmd::Build { model, output, tiles, threads, json, timings, search_attempts, search_state } => {
+        Cmd::Build { model, output, tiles, threads, json, timings, search_attempts, search_state, profile } => {
             let src = read_text(&model)?;
-            let opts = BuildOptions { tiles, threads, grid: None, search_attempts, search_state };
+            let opts = BuildOptions { tiles, threads, grid: None, search_attempts, search_state, profile };
             let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
             if timings {
                 for (phase, ms) in &b.timings {
@@ -256,6 +338,36 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Cmd::Run { package, args } => run_package(&package, &args)?,
+        Cmd::Profile { file, group_by, top, json } => {
+            use ipu_host::profile::table;
+            let p = read_profile(&file)?;
+            let t = table::table(&p, group_by, top);
+            if json {
+                println!("{}", table::render_json(&p, &t));
+            } else {
+                print!("{}", table::render_text(&p, &t));
+            }
+        }
+        Cmd::Report { file, package, output } => {
+            let p = read_profile(&file)?;
+            let pkg = session::read_package(&package).map_err(|e| bad(e.to_string()))?;
+            let sha = sha256_of(&package)?;
+            if sha != p.package_sha256 {
+                return Err(bad(format!(
+                    "{}: profile was taken of a package with sha256 {}, but {} has {sha}",
+                    file.display(),
+                    p.package_sha256,
+                    package.display()
+                )));
+            }
+            if pkg.tile_count as usize != p.tiles.len() {
+                return Err(bad(format!("{}: {} tiles, the package has {}", file.display(), p.tiles.len(), pkg.tile_count)));
+            }
+            let html = ipu_host::profile::report::render(&p, &pkg, &package.display().to_string());
+            ipu_host::atomic::write_atomic(&output, html.as_bytes())
+                .map_err(|e| bad(format!("{}: {e}", output.display())))?;
+            println!("report={} bytes={}", output.display(), html.len());
+        }
         Cmd::Inspect { package, json } => {
             let pkg = session::read_package(&package).map_err(|e| bad(e.to_string()))?;
             let bytes = std::fs::read(&package).map_err(|e| bad(e.to_string()))?;

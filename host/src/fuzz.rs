@@ -15,7 +15,7 @@ pub fn model(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else { return false };
     match crate::model::parse("fuzz.toml", text) {
         Ok(g) => {
-            let _ = ipu_core::plan::plan(&g, ipu_core::plan::PlanOptions { tiles: 4, grid: None });
+            let _ = ipu_core::plan::plan(&g, ipu_core::plan::PlanOptions::new(4));
             true
         }
         Err(_) => false,

@@ -12,6 +12,7 @@ pub mod model;
 pub mod npy;
 pub mod package;
 pub mod pcie;
+pub mod profile;
 pub mod program;
 pub mod reference;
 pub mod search;

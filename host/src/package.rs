@@ -171,6 +171,40 @@ impl Package {
         if self.plan.memory.len() != self.tile_count as usize {
             return bad("plan memory table does not cover every tile".into());
         }
+        if let Some(p) = &self.plan.profile {
+            self.validate_profile(p)?;
+        }
+        Ok(())
+    }
+
+    /// The profile plan: one entry per tile, stamp buffers of whole words in data memory outside
+    /// code, names for every index (docs/format.md).
+    fn validate_profile(&self, p: &ipu_schema::ProfilePlan) -> Result<(), PackageError> {
+        let bad = |s: String| Err(PackageError::Invalid(s));
+        if p.tiles.len() != self.tile_count as usize {
+            return bad(format!("profile plan covers {} tiles of {}", p.tiles.len(), self.tile_count));
+        }
+        for (t, ts) in p.tiles.iter().enumerate() {
+            let bytes = 4 * (ts.samples.len() as u64 + 1);
+            let what = format!("profile plan tile {t}: stamp buffer {:#x}", ts.buffer);
+            if bytes > u32::MAX as u64 || !in_tile_memory(ts.buffer, bytes as u32) || !ts.buffer.is_multiple_of(4) {
+                return bad(format!("{what}: {bytes} bytes not whole words of tile memory"));
+            }
+            let end = ts.buffer as u64 + bytes;
+            let hits_code = self.tiles[t].segments.iter().any(|s| {
+                s.flags & SEG_EXEC != 0 && (s.addr as u64) < end && (ts.buffer as u64) < s.addr as u64 + s.len as u64
+            });
+            if hits_code {
+                return bad(format!("{what}: overlaps code"));
+            }
+            for (i, sp) in ts.samples.iter().enumerate() {
+                if sp.phase as usize >= p.phases.len()
+                    || (sp.kernel != ipu_schema::NO_KERNEL && sp.kernel as usize >= p.kernels.len())
+                {
+                    return bad(format!("profile plan tile {t} sample {i}: phase or kernel index out of range"));
+                }
+            }
+        }
         Ok(())
     }
 

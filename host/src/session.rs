@@ -25,6 +25,8 @@ pub struct RunOptions {
     pub seed: u64,
     /// Resident inferences.
     pub iterations: u32,
+    /// Read the profile stamps back after the last inference (the package needs a profile plan).
+    pub profile: bool,
 }
 
 /// Outcome.
@@ -44,6 +46,8 @@ pub struct RunOutcome {
     pub outputs: Vec<PathBuf>,
     /// Result lines (also printed).
     pub lines: Vec<String>,
+    /// Profile stamps of the last inference, when asked for.
+    pub captured: Option<crate::profile::Captured>,
 }
 
 /// Errors of a run, with the exit code they map to.
@@ -175,6 +179,12 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
             dev.tile_count()
         )));
     }
+    if opts.profile && pkg.plan.profile.is_none() {
+        return Err(RunError::Input(format!(
+            "{}: the package has no profile plan; rebuild it with `ipu-codegen build --profile`",
+            opts.package_path
+        )));
+    }
     let graph = crate::model::parse("<package model>", &pkg.info.model_source)
         .map_err(|e| RunError::Input(e.to_string()))?;
     load(dev, pkg)?;
@@ -239,6 +249,9 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
             return Err(RunError::Device(DeviceError::Request("tiles halted during the run call".into())));
         }
         outcome.cycles.push(r.cycles);
+        if opts.profile && it == opts.iterations {
+            outcome.captured = Some(read_stamps(dev, pkg, r.cycle - r.cycles, r.cycles, it)?);
+        }
         let mut ok = true;
         for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Output) {
             let got = from_bytes(&read_binding(dev, b)?, b);
@@ -299,6 +312,28 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
     println!("{line}");
     outcome.lines.push(line);
     Ok(outcome)
+}
+
+/// Read every tile's profile stamps (docs/profile.md).
+fn read_stamps(
+    dev: &mut dyn Device,
+    pkg: &Package,
+    run_start: u64,
+    run_cycles: u64,
+    iteration: u32,
+) -> Result<crate::profile::Captured, DeviceError> {
+    let Some(plan) = &pkg.plan.profile else {
+        return Err(DeviceError::Request("no profile plan".into()));
+    };
+    let mut stamps = Vec::with_capacity(plan.tiles.len());
+    for (t, ts) in plan.tiles.iter().enumerate() {
+        let mut bytes = vec![0u8; 4 * (ts.samples.len() + 1)];
+        dev.read_memory(t as u16, ts.buffer, &mut bytes)?;
+        stamps.push(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
+    }
+    let samples: usize = plan.tiles.iter().map(|t| t.samples.len()).sum();
+    info!(tiles = plan.tiles.len(), samples, "read profile samples");
+    Ok(crate::profile::Captured { stamps, run_start, run_cycles, iteration })
 }
 
 fn fmt_err(e: f64) -> String {

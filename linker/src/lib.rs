@@ -165,6 +165,7 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
             MemKind::Tensor => &mut memory.tensors,
             MemKind::Descriptor => &mut memory.descriptors,
             MemKind::Exchange => &mut memory.exchange,
+            MemKind::Profile => &mut memory.profile,
         };
         *slot += b.bytes;
     }

@@ -79,11 +79,26 @@ fn exchange(out: &mut String, events: &[Event]) {
     tm.line(format_args!("    sync 3"), 1);
 }
 
+/// Store the cycle counter as stamp `n` (cost: `ipu_core::plan::cost::stamp_cycles`).
+fn stamp(s: &mut String, n: u32) {
+    let per = ipu_core::plan::cost::STAMPS_PER_BASE;
+    if n > 0 && n.is_multiple_of(per) {
+        let _ = writeln!(s, "    setzi $m9, {}+{}", ipu_core::plan::profile::BUFFER, 4 * n);
+    }
+    let _ = write!(s, "    get $m8, {}\n    st32 $m8, $m9, $m15, {}\n", csr::COUNT_L, 4 * (n % per));
+}
+
 /// The complete code text of one tile (symbols of its buffers are defined by the linker).
 pub fn tile_code(plan: &TilePlan) -> String {
     let mut s = String::new();
+    s.push_str(".equ mailbox, 0xe7b00\nmain:\n    sync 15\ncmd:\n");
+    if plan.steps.iter().any(|s| matches!(s, Step::Stamp(_))) {
+        // Profile stamp 0: the host sync released this tile ($m9 = stamp base, docs/profile.md).
+        let _ = write!(s, "    setzi $m9, {}\n", ipu_core::plan::profile::BUFFER);
+        stamp(&mut s, 0);
+    }
     s.push_str(
-        ".equ mailbox, 0xe7b00\nmain:\n    sync 15\ncmd:\n    setzi $m1, mailbox\n    ld32 $m2, $m1, $m15, 0\n    brnz $m2, stop\n    \
+        "    setzi $m1, mailbox\n    ld32 $m2, $m1, $m15, 0\n    brnz $m2, stop\n    \
          call $m10, phases\n    sync 15\n    bri cmd\nstop:\n    halt\nphases:\n",
     );
     let mut kernels = BTreeSet::new();
@@ -92,7 +107,7 @@ pub fn tile_code(plan: &TilePlan) -> String {
             Step::LoadWeights(buf, off) => {
                 let _ = write!(s, "    setzi $m1, {buf}+{off}\n    ldcwei $m1\n");
             }
-            Step::RunAll(k, desc) => {
+            Step::RunAll(k, desc, _) => {
                 kernels.insert(*k);
                 let _ = write!(
                     s,
@@ -105,6 +120,8 @@ pub fn tile_code(plan: &TilePlan) -> String {
                 let _ = write!(s, "    setzi $m1, {v}\n    put {c:#x}, $m1\n");
             }
             Step::Exchange(events) => exchange(&mut s, events),
+            Step::Phase(_) => {}
+            Step::Stamp(n) => stamp(&mut s, *n),
         }
     }
     s.push_str("    br $m10\n");

@@ -186,6 +186,8 @@ pub struct TileMemory {
     pub exchange: u32,
     /// Host mailbox and host data.
     pub host: u32,
+    /// Profile sample buffer (0 without a profile plan).
+    pub profile: u32,
 }
 
 /// The plan's figures.
@@ -203,6 +205,70 @@ pub struct PlanSummary {
     pub memory: Vec<TileMemory>,
     /// Per op, the tile grid `[tm, tn, tk]` (the host reference reproduces the K split).
     pub grids: Vec<[u32; 3]>,
+    /// Where the runtime writes cycle counters (`build --profile`), if it does.
+    pub profile: Option<ProfilePlan>,
+}
+
+/// What a profile interval was spent on (docs/profile.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SampleKind {
+    /// Worker kernels and supervisor set-up (weight loads, CSR writes).
+    Compute,
+    /// Waiting in an internal sync for the other tiles.
+    Sync,
+    /// An exchange superstep, up to its closing sync.
+    Exchange,
+    /// From the host-sync release to the start of the first phase.
+    Host,
+}
+
+impl SampleKind {
+    /// All kinds, in report order.
+    pub const ALL: [SampleKind; 4] = [SampleKind::Compute, SampleKind::Sync, SampleKind::Exchange, SampleKind::Host];
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleKind::Compute => "compute",
+            SampleKind::Sync => "sync",
+            SampleKind::Exchange => "exchange",
+            SampleKind::Host => "host",
+        }
+    }
+}
+
+/// `kernel` of a sample that ran no kernel.
+pub const NO_KERNEL: u16 = u16::MAX;
+
+/// One profiled interval of a tile: from the previous cycle stamp to this one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SamplePoint {
+    /// Index into `ProfilePlan::phases`.
+    pub phase: u16,
+    /// What the interval was spent on.
+    pub kind: SampleKind,
+    /// Index into `ProfilePlan::kernels`, or `NO_KERNEL`.
+    pub kernel: u16,
+}
+
+/// One tile's samples: the runtime stores `samples.len() + 1` cycle stamps (`$COUNT_L`, u32 each)
+/// from `buffer` on; sample `i` spans stamps `i` and `i + 1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileSamples {
+    /// Address of the stamp buffer.
+    pub buffer: u32,
+    /// The intervals.
+    pub samples: Vec<SamplePoint>,
+}
+
+/// The package's profile plan: sample points per tile and phase, and their names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfilePlan {
+    /// Phase names (op and part of it, e.g. `matmul S`).
+    pub phases: Vec<String>,
+    /// Kernel names.
+    pub kernels: Vec<String>,
+    /// One per tile, in tile order.
+    pub tiles: Vec<TileSamples>,
 }
 
 /// Encode a section body.

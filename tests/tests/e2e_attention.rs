@@ -71,6 +71,7 @@ fn run(src: &str, tiles: usize, out_dir: Option<&std::path::Path>) -> (u64, u64,
         output_dir: out_dir.map(|p| p.to_path_buf()),
         seed: 11,
         iterations: 2,
+        profile: false,
     };
     let out = session::run(&pkg, &mut dev, &opts).expect("runs");
     assert!(out.numerical_pass);

@@ -33,6 +33,7 @@ fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
         output_dir: Some(dir.path().to_path_buf()),
         seed: 3,
         iterations: 2,
+        profile: false,
     };
     let out = session::run(&pkg, &mut dev, &opts).expect("runs");
     assert!(out.numerical_pass, "device result differs from the device-precision reference");

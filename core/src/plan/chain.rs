@@ -208,7 +208,6 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         });
     }
     let mut plans = vec![TilePlan::default(); opts.tiles];
-    let mut issues: BTreeMap<(usize, usize), u64> = BTreeMap::new();
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     let name = |t: TensorId| format!("t{}", t.0);
     for b in 0..nbatch {
@@ -218,7 +217,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let rows = m1 - m0;
             let wr: Vec<(u64, u64)> = (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect();
             let p = &mut plans[tile];
-            let mut run = |p: &mut TilePlan, k: Kernel, desc: String, words: Vec<Word>, n: u64| {
+            let run = |p: &mut TilePlan, k: Kernel, desc: String, words: Vec<Word>, n: u64| {
                 let bytes = 4 * words.len() as u32;
                 p.buffers.push(Buffer {
                     name: desc.clone(),
@@ -227,8 +226,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     kind: MemKind::Descriptor,
                     init: words,
                 });
-                issues.insert((tile, p.steps.len()), n);
-                p.steps.push(Step::RunAll(k, desc));
+                p.steps.push(Step::RunAll(k, desc, n));
             };
             // Row tensor buffers and bindings of inputs / outputs.
             for &t in &rows_t {
@@ -346,6 +344,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             }
             // Side casts first.
             for &ci in &side_casts {
+                p.steps.push(Step::Phase(super::op_phase(g, ci)));
                 let out = g.ops[ci].output;
                 let src = row_input(&g.ops[ci].kind);
                 let (be, oc, kb, nb, _) = side_layout[&out];
@@ -361,6 +360,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             }
             // The chain.
             for &ci in &chain {
+                p.steps.push(Step::Phase(super::op_phase(g, ci)));
                 let op = &g.ops[ci];
                 let (src, dst) = (row_input(&op.kind), op.output);
                 match op.kind {
@@ -496,7 +496,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             }
         }
     }
-    let cost = cost::predict(&plans, |t, s| issues.get(&(t, s)).copied().unwrap_or(0), &[]);
+    let cost = cost::predict(&plans, &[]);
     let mut bindings = Vec::new();
     for (t, sl) in slices {
         let direction = if g.inputs.contains(&t) { Direction::Input } else { Direction::Output };
@@ -512,6 +512,8 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         cost,
         tiles_used: used as u32,
         grids: vec![[used_per_batch as u32, 1, 1]; g.ops.len()],
+        horizons: vec![],
+        profile: None,
         mapping: vec![format!("row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile)", chain.len())],
     })
 }

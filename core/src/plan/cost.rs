@@ -90,13 +90,18 @@ pub fn runall_cycles(max_issues: u64) -> u64 {
 /// call) and return (br) before the host sync.
 const CALL_OVERHEAD: u64 = 5;
 
-/// Predict a `run` call. `runall_issues(tile, step)` gives the slowest worker's issues of a
-/// `RunAll` step (the planner knows the descriptors).
-pub fn predict(
-    tiles: &[TilePlan],
-    runall_issues: impl Fn(usize, usize) -> u64,
-    exchange_horizon: &[u64],
-) -> Cost {
+/// Supervisor instructions of one profile stamp: `get` of the cycle counter and `st32`; a
+/// `setzi` re-bases the stamp pointer every `STAMPS_PER_BASE` stamps (docs/profile.md).
+pub fn stamp_cycles(n: u32) -> u64 {
+    2 + u64::from(n > 0 && n.is_multiple_of(STAMPS_PER_BASE))
+}
+
+/// Stamps addressable from one base (the `st32` offset is 12 bits of words).
+pub const STAMPS_PER_BASE: u32 = 4096;
+
+/// Predict a `run` call from the steps (`RunAll` carries its slowest worker's issues) and the
+/// horizon of each exchange superstep.
+pub fn predict(tiles: &[TilePlan], exchange_horizon: &[u64]) -> Cost {
     // Split each tile's steps into supersteps at Sync/Exchange; time per superstep per tile.
     let supersteps = tiles
         .first()
@@ -105,18 +110,23 @@ pub fn predict(
         + 1;
     let mut longest = alloc::vec![0u64; supersteps];
     let mut is_exchange = alloc::vec![false; supersteps];
-    for (ti, t) in tiles.iter().enumerate() {
+    for t in tiles {
         let mut ss = 0;
-        let mut time = if ss == 0 { CALL_OVERHEAD - 1 } else { 0 };
+        let profiled = t.steps.iter().any(|s| matches!(s, Step::Stamp(_)));
+        // The profiled runtime stamps the host-sync release: setzi of the base, get, st32.
+        let mut time = CALL_OVERHEAD - 1 + if profiled { 3 } else { 0 };
         let mut xi = 0;
-        for (si, step) in t.steps.iter().enumerate() {
+        for step in t.steps.iter() {
             match step {
                 Step::LoadWeights(..) => time += 1 + CWEI_LOAD_CYCLES as u64,
                 Step::SetCsr(..) => time += 2,
-                Step::RunAll(..) => time += 2 + runall_cycles(runall_issues(ti, si)),
+                Step::RunAll(_, _, issues) => time += 2 + runall_cycles(*issues),
+                Step::Phase(_) => {}
+                Step::Stamp(n) => time += stamp_cycles(*n),
                 Step::Sync | Step::Exchange(_) => {
                     if let Step::Exchange(_) = step {
-                        time = time.max(exchange_horizon.get(xi).copied().unwrap_or(0));
+                        // The schedule's times count from the step's first instruction.
+                        time += exchange_horizon.get(xi).copied().unwrap_or(0);
                         is_exchange[ss] = true;
                         xi += 1;
                     }

@@ -225,6 +225,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 let kbt = kb1 - kb0;
                 let tile = tile_of(i, j, l);
                 let p = &mut plans[tile as usize];
+                p.steps.push(Step::Phase("matmul".into()));
                 p.buffers.push(zero("A", kbt * rows * ROW as u64 + SLACK as u64, MemKind::Tensor));
                 p.buffers.push(zero("B", kbt * nbt * mm.block_bytes() as u64, MemKind::Tensor));
                 p.buffers.push(zero("C", nbt * cblk + SLACK as u64, MemKind::Tensor));
@@ -287,7 +288,8 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             "B".into(),
                             ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
                         ));
-                        p.steps.push(Step::RunAll(amp, name));
+                        let issues = kernel_issues(amp, wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32);
+                        p.steps.push(Step::RunAll(amp, name, issues));
                     }
                 }
                 if l == 0 {
@@ -358,6 +360,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     if grid.tk > 1 {
         horizons.push(sched.horizon);
         for (t, p) in plans.iter_mut().enumerate() {
+            p.steps.push(Step::Phase("reduce".into()));
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
             let reductions: Vec<String> = p
@@ -367,24 +370,13 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 .map(|b| b.name.clone())
                 .collect();
             for name in reductions {
-                p.steps.push(Step::RunAll(add, name));
+                let b = p.buffers.iter().find(|b| b.name == name);
+                let issues = b.map(|b| descriptor_issues(add, &b.init)).unwrap_or(0);
+                p.steps.push(Step::RunAll(add, name, issues));
             }
         }
     }
-    let issues = |t: usize, s: usize| -> u64 {
-        let p = &plans[t];
-        let Step::RunAll(kernel, desc) = &p.steps[s] else { return 0 };
-        let b = p.buffers.iter().find(|b| &b.name == desc);
-        b.map(|b| {
-            b.init
-                .chunks(4)
-                .map(|w| if let Word::Const(n) = w[3] { kernel_issues(*kernel, n) } else { 0 })
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
-    };
-    let cost = cost::predict(&plans, issues, &horizons);
+    let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };
     Ok(Plan {
         tiles: plans,
@@ -396,6 +388,8 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         cost,
         tiles_used: used as u32,
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
+        horizons,
+        profile: None,
         mapping: vec![format!(
             "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
             mm.m,
@@ -407,4 +401,13 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             mm.acc.name()
         )],
     })
+}
+
+/// The slowest worker's issues of a descriptor table (count in word 3 of each 4-word entry).
+fn descriptor_issues(kernel: Kernel, words: &[Word]) -> u64 {
+    words
+        .chunks(4)
+        .map(|w| if let Some(Word::Const(n)) = w.get(3) { kernel_issues(kernel, *n) } else { 0 })
+        .max()
+        .unwrap_or(0)
 }

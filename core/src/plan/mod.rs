@@ -6,6 +6,7 @@ pub mod chain;
 pub mod cost;
 pub mod exchange;
 pub mod matmul;
+pub mod profile;
 pub mod search;
 
 use alloc::string::String;
@@ -23,6 +24,8 @@ pub enum MemKind {
     Descriptor,
     /// Exchange receive buffers.
     Exchange,
+    /// Profile cycle stamps (`build --profile`).
+    Profile,
 }
 
 /// A named piece of tile memory.
@@ -77,14 +80,19 @@ pub enum Kernel {
 pub enum Step {
     /// Load the AMP weight store from a buffer.
     LoadWeights(String, u32),
-    /// Start six workers on a kernel with a descriptor table and wait for them.
-    RunAll(Kernel, String),
+    /// Start six workers on a kernel with a descriptor table and wait for them; the slowest
+    /// worker issues this many instructions (the cost model's input).
+    RunAll(Kernel, String, u64),
     /// An internal sync (every tile has the same number).
     Sync,
     /// Timed exchange code, then an internal sync.
     Exchange(Vec<exchange::Event>),
     /// Write a supervisor CSR (FP8 formats and scale of the AMP).
     SetCsr(u32, u32),
+    /// The following steps belong to this phase (an op or part of it); no code.
+    Phase(String),
+    /// Store the cycle counter as profile stamp `n` (only in profiled plans, `profile.rs`).
+    Stamp(u32),
 }
 
 /// One tile's program.
@@ -145,6 +153,10 @@ pub struct Plan {
     pub mapping: Vec<String>,
     /// Per op, the grid `[tm, tn, tk]`.
     pub grids: Vec<[u32; 3]>,
+    /// Per exchange superstep, its scheduled horizon (cycles from its start to its last landing).
+    pub horizons: Vec<u64>,
+    /// The profile plan, when asked for.
+    pub profile: Option<profile::Samples>,
 }
 
 impl Plan {
@@ -192,6 +204,26 @@ pub struct PlanOptions {
     pub tiles: usize,
     /// Force a grid `[tm, tn, tk]` instead of choosing one (tests, experiments).
     pub grid: Option<[u32; 3]>,
+    /// Store cycle stamps for a profile (costs 2 cycles per sample point).
+    pub profile: bool,
+}
+
+impl PlanOptions {
+    /// Plain options for `tiles` tiles: grid chosen by the planner, no profile.
+    pub fn new(tiles: usize) -> Self {
+        PlanOptions { tiles, grid: None, profile: false }
+    }
+}
+
+/// Name of the phase of op `i` in profiles: its kind and the tensor it defines (`matmul S`).
+pub fn op_phase(graph: &Graph, i: usize) -> String {
+    let op = &graph.ops[i];
+    let kind = match op.kind {
+        OpKind::MatMul { .. } => "matmul",
+        OpKind::Cast { .. } => "cast",
+        OpKind::Softmax { .. } => "softmax",
+    };
+    alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
 
 /// Plan a graph: a single rank-2 f16 matmul without `alpha` gets the matmul planner (any grid,
@@ -202,6 +234,10 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16);
     let mut plan = if simple { plan_matmul(graph, opts)? } else { chain::plan(graph, opts)? };
+    if opts.profile {
+        plan.profile = Some(profile::instrument(&mut plan.tiles));
+        plan.cost = cost::predict(&plan.tiles, &plan.horizons);
+    }
     for (t, tile) in plan.tiles.iter_mut().enumerate() {
         merge_descriptors(tile);
         check_memory(graph, t as u16, tile)?;
@@ -232,7 +268,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
         return;
     }
     for step in tile.steps.iter_mut() {
-        if let Step::RunAll(_, desc) = step {
+        if let Step::RunAll(_, desc, _) = step {
             if let Some((_, new)) = renamed.iter().find(|(old, _)| old == desc) {
                 *desc = new.clone();
             }
@@ -295,12 +331,20 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles),
             };
-            matmul::plan(&mm, grid, opts.tiles).map_err(|e| match e {
+            let mut plan = matmul::plan(&mm, grid, opts.tiles).map_err(|e| match e {
                 PlanError::Memory { tile, buffer, over } => {
                     PlanError::Memory { tile, buffer: buffer_tensor(graph, &buffer).unwrap_or(buffer), over }
                 }
                 other => other,
-            })
+            })?;
+            // The matmul planner names its phases generically; give them the op's name.
+            let named = op_phase(graph, 0);
+            for step in plan.tiles.iter_mut().flat_map(|t| t.steps.iter_mut()) {
+                if let Step::Phase(p) = step {
+                    *p = if p == "reduce" { alloc::format!("reduce {}", graph.tensor(op.output).name) } else { named.clone() };
+                }
+            }
+            Ok(plan)
         }
     }
 }

@@ -1,0 +1,116 @@
+//! Profile instrumentation (docs/profile.md): cycle stamps between the steps of a tile plan.
+//!
+//! The runtime stores stamp 0 when the host sync releases the tile; this pass inserts
+//! `Step::Stamp(n)` after every kernel launch, internal sync and exchange, and describes the
+//! interval ending at each stamp (phase, kind, kernel). Weight loads and CSR writes are folded into
+//! the compute interval of the kernel that follows them, so a sample is always worth its 2 cycles.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use ipu_schema::{ProfilePlan, SampleKind, SamplePoint, TileSamples, NO_KERNEL};
+
+use super::{Buffer, Kernel, MemKind, Step, TilePlan};
+
+/// The profile plan of a plan, before linking gives the stamp buffers their addresses.
+pub type Samples = ProfilePlan;
+
+/// Name of the stamp buffer on every tile.
+pub const BUFFER: &str = "profile";
+
+/// Name of the phase of the first sample (host-sync release to the first step).
+pub const HOST_PHASE: &str = "host";
+
+/// Instrument every tile and return the profile plan (stamp buffers at address 0 until linked).
+pub fn instrument(tiles: &mut [TilePlan]) -> Samples {
+    let mut phases = Names::default();
+    let mut kernels = Names::default();
+    phases.index(HOST_PHASE);
+    let mut out = Vec::with_capacity(tiles.len());
+    for tile in tiles.iter_mut() {
+        let host = SamplePoint { phase: 0, kind: SampleKind::Host, kernel: NO_KERNEL };
+        // Sample i spans stamps i and i + 1: each sample is pushed, then the stamp that ends it.
+        let mut samples = alloc::vec![host];
+        let mut steps = Vec::with_capacity(tile.steps.len() * 2 + 1);
+        steps.push(Step::Stamp(1));
+        let mut phase = 0u16;
+        let mut pending_setup = false;
+        for step in core::mem::take(&mut tile.steps) {
+            let sample = match &step {
+                Step::Phase(name) => {
+                    phase = phases.index(name);
+                    None
+                }
+                Step::LoadWeights(..) | Step::SetCsr(..) => {
+                    pending_setup = true;
+                    None
+                }
+                Step::RunAll(k, ..) => Some((SampleKind::Compute, kernels.index(kernel_name(*k)))),
+                Step::Sync => Some((SampleKind::Sync, NO_KERNEL)),
+                Step::Exchange(_) => Some((SampleKind::Exchange, NO_KERNEL)),
+                Step::Stamp(_) => continue, // already instrumented: re-number
+            };
+            if let Some((kind, kernel)) = sample {
+                if pending_setup && kind != SampleKind::Compute {
+                    // Set-up with no kernel after it (not emitted today): its own interval.
+                    samples.push(SamplePoint { phase, kind: SampleKind::Compute, kernel: NO_KERNEL });
+                    steps.push(Step::Stamp(samples.len() as u32));
+                }
+                pending_setup = false;
+                steps.push(step);
+                samples.push(SamplePoint { phase, kind, kernel });
+                steps.push(Step::Stamp(samples.len() as u32));
+            } else {
+                steps.push(step);
+            }
+        }
+        if pending_setup {
+            samples.push(SamplePoint { phase, kind: SampleKind::Compute, kernel: NO_KERNEL });
+            steps.push(Step::Stamp(samples.len() as u32));
+        }
+        tile.steps = steps;
+        tile.buffers.push(Buffer {
+            name: BUFFER.into(),
+            bytes: 4 * (samples.len() as u32 + 1),
+            align: 16,
+            kind: MemKind::Profile,
+            init: Vec::new(),
+        });
+        out.push(TileSamples { buffer: 0, samples });
+    }
+    ProfilePlan { phases: phases.list, kernels: kernels.list, tiles: out }
+}
+
+/// Kernel name in profiles (the label of its code, docs/kernels.md).
+pub fn kernel_name(k: Kernel) -> &'static str {
+    match k {
+        Kernel::AmpF16 => "amp_f16",
+        Kernel::AmpF32 => "amp_f32",
+        Kernel::AddF16 => "add_f16",
+        Kernel::AddF32 => "add_f32",
+        Kernel::AmpF8 => "amp_f8",
+        Kernel::CastF16ToF8 => "cast_f16_f8",
+        Kernel::CastF8ToF16 => "cast_f8_f16",
+        Kernel::ScaleF16 => "scale_f16",
+        Kernel::SoftmaxF16 => "softmax_f16",
+    }
+}
+
+/// Names numbered in order of first appearance (tiles are visited in order: deterministic).
+#[derive(Default)]
+struct Names {
+    list: Vec<String>,
+    index: BTreeMap<String, u16>,
+}
+
+impl Names {
+    fn index(&mut self, name: &str) -> u16 {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        let i = self.list.len() as u16;
+        self.list.push(name.into());
+        self.index.insert(name.into(), i);
+        i
+    }
+}
