@@ -38,3 +38,8 @@ pub fn search_state(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else { return false };
     crate::search::parse_state(text).is_ok()
 }
+
+/// The profile reader (`schema/profile.capnp` with its validation).
+pub fn profile(data: &[u8]) -> bool {
+    crate::profile::Profile::from_capnp(data).is_ok()
+}

@@ -124,6 +124,27 @@ fn search_state_loader() {
     run("search_state", fuzz::search_state, &[std::fs::read(&state).unwrap()], 5000);
 }
 
+#[test]
+fn profile_reader() {
+    let src = String::from_utf8(examples()[2].clone()).unwrap();
+    let opts = ipu_host::build::BuildOptions { profile: true, ..ipu_host::build::BuildOptions::new(3) };
+    let b = ipu_host::build::build("qk.toml", &src, &opts).unwrap();
+    let mut dev = ipu_host::sim::SimDevice::new(ipu_host::sim::SimConfig { tiles: 3, threads: 1, max_cycles: 1 << 30 })
+        .unwrap();
+    let run = ipu_host::session::RunOptions {
+        package_path: "qk.ipuexe".into(),
+        inputs: Default::default(),
+        output_dir: None,
+        seed: 1,
+        iterations: 1,
+        profile: true,
+    };
+    let out = ipu_host::session::run(&b.package, &mut dev, &run).unwrap();
+    let p = ipu_host::profile::Profile::from_run(&b.package, "qk.ipuexe", "00", "sim", &out.captured.unwrap())
+        .unwrap();
+    run("profile", fuzz::profile, &[p.to_capnp()], 3000);
+}
+
 /// Found by libFuzzer: nested lists in an npy header made npyz's parser take exponential time.
 #[test]
 fn npy_nested_lists_are_refused_quickly() {

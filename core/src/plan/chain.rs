@@ -12,6 +12,7 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use super::cost::{self, chain_issues};
+use super::exchange::{self, Piece};
 use super::{
     BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
 };
@@ -208,6 +209,10 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         });
     }
     let mut plans = vec![TilePlan::default(); opts.tiles];
+    // Per batch group, the pieces each tile contributes to the side-operand all-gather, and per
+    // tile the step index where the exchange goes.
+    let mut pieces: Vec<Vec<Piece>> = vec![Vec::new(); nbatch as usize];
+    let mut gather_at: Vec<usize> = Vec::new();
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     let name = |t: TensorId| format!("t{}", t.0);
     for b in 0..nbatch {
@@ -327,8 +332,13 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 let sb = if st.shape.len() > 2 { b } else { 0 };
                 let elt = st.dtype.size() as u64;
                 let sl = slices.entry(src).or_default();
+                // A distributed side cast loads only this tile's share of the blocks.
+                let share = own_blocks(opts.side_cast, src != bt, geo.2 * geo.3, used_per_batch, i);
                 for kb in 0..geo.2 {
                     for nb in 0..geo.3 {
+                        if !share.contains(&(kb * geo.3 + nb)) {
+                            continue;
+                        }
                         sl.push(SliceRef {
                             tile: tile as u16,
                             buffer: format!("s{}", src.0),
@@ -342,21 +352,49 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                 }
             }
-            // Side casts first.
+            // Side casts first: each casts its share (all blocks unless distributed before the
+            // exchange); the all-gather goes before (cast after) or after (cast before) the casts.
+            if opts.side_cast == SideCast::AfterExchange {
+                gather_at.push(p.steps.len());
+            }
             for &ci in &side_casts {
                 p.steps.push(Step::Phase(super::op_phase(g, ci)));
                 let out = g.ops[ci].output;
                 let src = row_input(&g.ops[ci].kind);
                 let (be, oc, kb, nb, _) = side_layout[&out];
+                let block = be * oc;
+                let share = own_blocks(opts.side_cast, true, kb * nb, used_per_batch, i);
+                let cast = if opts.side_cast == SideCast::BeforeExchange { share.clone() } else { 0..kb * nb };
+                for (buffer, elt) in [(src, 2), (out, 1)] {
+                    let moved = if opts.side_cast == SideCast::BeforeExchange { out } else { src };
+                    if buffer == moved && opts.side_cast != SideCast::Replicated {
+                        pieces[b as usize].push(Piece {
+                            sender: tile as u16,
+                            buffer: format!("s{}", buffer.0),
+                            offset: (share.start * block * elt) as u32,
+                            words: ((share.end - share.start) * block * elt / 4) as u32,
+                        });
+                    }
+                }
                 // Weight blocks hold 512 values: whole pairs of 4-value chunks.
-                let pairs = kb * nb * be * oc / 8;
+                let pairs = (cast.end - cast.start) * block / 8;
                 if pairs.div_ceil(WORKERS as u64) > 4096 {
                     return unsupported(ci, "a side cast larger than 6 × 4096 × 8 values per tile".into());
                 }
-                let words =
-                    cast_desc(&format!("s{}", src.0), &format!("s{}", out.0), pairs, 8, 2, 1, g.tensor(out));
+                let words = cast_desc(
+                    (&format!("s{}", src.0), cast.start * block * 2),
+                    (&format!("s{}", out.0), cast.start * block),
+                    pairs,
+                    8,
+                    2,
+                    1,
+                    g.tensor(out),
+                );
                 let n = cost::chain_issues(Kernel::CastF16ToF8, pairs.div_ceil(WORKERS as u64));
                 run(p, Kernel::CastF16ToF8, format!("d{}", p.steps.len()), words, n);
+            }
+            if opts.side_cast == SideCast::BeforeExchange {
+                gather_at.push(p.steps.len());
             }
             // The chain.
             for &ci in &chain {
@@ -383,7 +421,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         if k == Kernel::CastF16ToF8 && units.div_ceil(WORKERS as u64) > 4096 {
                             return unsupported(ci, "a cast larger than 6 × 4096 × 8 values per tile".into());
                         }
-                        let words = cast_desc(&name(src), &name(dst), units, unit, si, so, fmt_of);
+                        let words = cast_desc((&name(src), 0), (&name(dst), 0), units, unit, si, so, fmt_of);
                         let n = chain_issues(k, units.div_ceil(WORKERS as u64));
                         run(p, k, format!("d{}", p.steps.len()), words, n);
                     }
@@ -496,7 +534,29 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             }
         }
     }
-    let cost = cost::predict(&plans, &[]);
+    // The all-gather of distributed side casts: one exchange superstep on every tile.
+    let mut horizons = Vec::new();
+    let groups: Vec<(Vec<u16>, Vec<Piece>)> = pieces
+        .into_iter()
+        .enumerate()
+        .map(|(b, p)| (((b as u64 * used_per_batch)..((b as u64 + 1) * used_per_batch)).map(|t| t as u16).collect(), p))
+        .collect();
+    let mut exchange_bytes = 0u64;
+    if groups.iter().any(|(t, p)| t.len() > 1 && !p.is_empty()) {
+        let (sched, transfers) = exchange::all_gather(&groups)
+            .map_err(|e| PlanError::Unsupported(side_casts[0], format!("{e}")))?;
+        exchange_bytes = groups.iter().flat_map(|(_, p)| p).map(|p| 4 * p.words as u64).sum();
+        let _ = transfers;
+        horizons.push(sched.horizon);
+        let names: Vec<String> = side_casts.iter().map(|&c| g.tensor(g.ops[c].output).name.clone()).collect();
+        let phase = format!("gather {}", names.join(" "));
+        for (t, p) in plans.iter_mut().enumerate() {
+            let at = gather_at.get(t).copied().unwrap_or(p.steps.len()).min(p.steps.len());
+            let events = sched.events.get(&(t as u16)).cloned().unwrap_or_default();
+            p.steps.splice(at..at, [Step::Phase(phase.clone()), Step::Sync, Step::Exchange(events)]);
+        }
+    }
+    let cost = cost::predict(&plans, &horizons);
     let mut bindings = Vec::new();
     for (t, sl) in slices {
         let direction = if g.inputs.contains(&t) { Direction::Input } else { Direction::Output };
@@ -512,17 +572,21 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         cost,
         tiles_used: used as u32,
         grids: vec![[used_per_batch as u32, 1, 1]; g.ops.len()],
-        horizons: vec![],
+        horizons,
         profile: None,
-        mapping: vec![format!("row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile)", chain.len())],
+        mapping: vec![format!(
+            "row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile), side casts {} (exchange bytes {exchange_bytes})",
+            chain.len(),
+            opts.side_cast.name()
+        )],
     })
 }
 
 /// Descriptor of a cast over `chunks` chunks of four values, split over the workers.
 /// `units` of `unit` values each (8 for the pipelined f16 → FP8 kernel, 4 for FP8 → f16).
 fn cast_desc(
-    src: &str,
-    dst: &str,
+    (src, src_base): (&str, u64),
+    (dst, dst_base): (&str, u64),
     units: u64,
     unit: u64,
     si: u64,
@@ -534,11 +598,48 @@ fn cast_desc(
     for w in 0..WORKERS as u64 {
         let (c0, c1) = split(units, WORKERS as u64, w);
         words.extend([
-            Word::Sym(src.into(), (c0 * unit * si) as u32),
-            Word::Sym(dst.into(), (c0 * unit * so) as u32),
+            Word::Sym(src.into(), (src_base + c0 * unit * si) as u32),
+            Word::Sym(dst.into(), (dst_base + c0 * unit * so) as u32),
             Word::Const((c1 - c0) as u32),
             Word::Const(fmtscale),
         ]);
     }
     words
+}
+
+/// Where the cast of a side operand (a matmul's `b` cast to FP8) runs relative to the exchange
+/// (docs/search.md, "cast placement").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SideCast {
+    /// The host loads the whole f16 operand on every tile; every tile casts all of it. No exchange.
+    Replicated,
+    /// Each tile of a batch group loads and casts a share, then the FP8 blocks are all-gathered:
+    /// the exchange moves one byte per value.
+    BeforeExchange,
+    /// Each tile loads a share of the f16 blocks, they are all-gathered (two bytes per value), then
+    /// every tile casts all of them.
+    AfterExchange,
+}
+
+impl SideCast {
+    /// All placements, in search order.
+    pub const ALL: [SideCast; 3] = [SideCast::Replicated, SideCast::BeforeExchange, SideCast::AfterExchange];
+    /// Name in logs and search states.
+    pub fn name(self) -> &'static str {
+        match self {
+            SideCast::Replicated => "replicated",
+            SideCast::BeforeExchange => "before_exchange",
+            SideCast::AfterExchange => "after_exchange",
+        }
+    }
+}
+
+/// The blocks (in buffer order) that tile `i` of a batch group loads from the host: a share when a
+/// cast operand is distributed, else all of them.
+fn own_blocks(mode: SideCast, cast: bool, blocks: u64, per_group: u64, i: u64) -> core::ops::Range<u64> {
+    if mode == SideCast::Replicated || !cast {
+        return 0..blocks;
+    }
+    let (b0, b1) = split(blocks, per_group, i);
+    b0..b1
 }

@@ -162,72 +162,187 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Schedule, ScheduleError> {
     Ok(s)
 }
 
-/// Check the events against the fabric model: every word of every transfer is selected by its
-/// receiver's mux on arrival and written at the intended offset, and no other tile takes it.
-pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleError> {
-    // Reconstruct each sender's stream (cycle → (transfer, word)) from its Send events.
-    let mut streams: BTreeMap<u16, Vec<(u64, String, u32)>> = BTreeMap::new();
-    for (tile, evs) in &s.events {
-        for e in evs {
-            if let Event::Send { at, buffer, offset, words } = e {
-                for i in 0..*words {
-                    streams.entry(*tile).or_default().push((at + i as u64, buffer.clone(), offset + 4 * i));
-                }
+/// One sender's piece of an all-gather: `words` from `buffer+offset` go to the same offset on
+/// every other tile of its group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Sending tile.
+    pub sender: u16,
+    /// Buffer (same name on every tile of the group).
+    pub buffer: String,
+    /// Byte offset (4-aligned).
+    pub offset: u32,
+    /// Words.
+    pub words: u32,
+}
+
+/// Schedule all-gathers: within each group (disjoint tile sets, scheduled side by side), the
+/// pieces are sent one after the other and *broadcast* — every other tile of the group selects
+/// the sender while its words pass (docs/target.md §5: a word is taken by every tile whose mux
+/// selects its sender on arrival). Every tile of a group may both send and receive: its
+/// supervisor sets pointer and mux for each incoming piece, sends its own piece in between, and
+/// each start is chosen so that those instructions fit (a tile's events never overlap in time).
+pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    let mut s = Schedule::default();
+    let mut transfers = Vec::new();
+    for (tiles, pieces) in groups {
+        // Per tile: the first cycle its supervisor is free, and the cycle after its last landing.
+        let mut busy: BTreeMap<u16, u64> = tiles.iter().map(|&t| (t, 2)).collect();
+        let mut landed: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut send_end = 0u64;
+        for p in pieces.iter().filter(|p| p.words > 0) {
+            let rx: Vec<u16> = tiles.iter().copied().filter(|&t| t != p.sender).collect();
+            if rx.is_empty() {
+                continue;
+            }
+            // Sender free; senders one at a time; each receiver free to issue its pointer one
+            // cycle before the first arrival, after its previous piece has fully landed.
+            let mut start = send_end.max(*busy.get(&p.sender).unwrap_or(&2));
+            for &r in &rx {
+                let lat = latency(p.sender, r) as u64;
+                let ready = busy[&r].max(*landed.get(&r).unwrap_or(&0)) + 1;
+                start = start.max(ready.saturating_sub(lat));
+            }
+            let w = p.words as u64;
+            send_end = start + w;
+            busy.insert(p.sender, start + w);
+            s.events.entry(p.sender).or_default().push(Event::Send {
+                at: start,
+                buffer: p.buffer.clone(),
+                offset: p.offset,
+                words: p.words,
+            });
+            for &r in &rx {
+                let arrive = start + latency(p.sender, r) as u64;
+                let ev = s.events.entry(r).or_default();
+                ev.push(Event::Pointer { at: arrive - 1, buffer: p.buffer.clone(), offset: p.offset });
+                ev.push(Event::Mux { at: arrive, source: p.sender });
+                busy.insert(r, arrive + 1);
+                landed.insert(r, arrive + w);
+                transfers.push(Transfer {
+                    sender: p.sender,
+                    receiver: r,
+                    src: p.buffer.clone(),
+                    src_off: p.offset,
+                    dst: p.buffer.clone(),
+                    dst_off: p.offset,
+                    words: p.words,
+                });
+            }
+        }
+        for &t in tiles {
+            let Some(evs) = s.events.get_mut(&t) else { continue };
+            let words: u32 = transfers.iter().filter(|x| x.receiver == t).map(|x| x.words).sum();
+            if words > 0 {
+                evs.insert(0, Event::Expect(words));
+                // Park the mux once the last word has landed (and after the tile's own events).
+                let end = landed[&t].max(busy[&t]);
+                evs.push(Event::Mux { at: end, source: MUX_NONE });
+                s.horizon = s.horizon.max(end + 1);
+            } else {
+                let until = busy[&t].max(send_end);
+                evs.push(Event::Drain { until });
+                s.horizon = s.horizon.max(until);
             }
         }
     }
-    // Mux and pointer timelines.
+    // A tile's events in time order (they were appended per piece); Expect stays first.
+    for evs in s.events.values_mut() {
+        evs.sort_by_key(|e| match e {
+            Event::Expect(_) => 0,
+            Event::Pointer { at, .. } | Event::Mux { at, .. } | Event::Send { at, .. } => *at,
+            Event::Drain { until } => *until,
+        });
+    }
+    validate(&transfers, &s)?;
+    Ok((s, transfers))
+}
+
+/// Check the events against the fabric model: every word of every transfer is selected by its
+/// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
+/// receive it (by some transfer of the same words) takes it.
+pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleError> {
+    // Each sender's stream (cycle, buffer, offset of the word), and each tile's mux and pointer
+    // timelines, all sorted by cycle so that lookups are binary searches.
+    let mut streams: BTreeMap<u16, Vec<(u64, &str, u32)>> = BTreeMap::new();
     let mut muxes: BTreeMap<u16, Vec<(u64, u16)>> = BTreeMap::new();
-    let mut ptrs: BTreeMap<u16, Vec<(u64, String, u32)>> = BTreeMap::new();
+    let mut ptrs: BTreeMap<u16, Vec<(u64, &str, u32)>> = BTreeMap::new();
     for (tile, evs) in &s.events {
         for e in evs {
             match e {
+                Event::Send { at, buffer, offset, words } => {
+                    let st = streams.entry(*tile).or_default();
+                    st.extend((0..*words).map(|i| (at + i as u64, buffer.as_str(), offset + 4 * i)));
+                }
                 Event::Mux { at, source } => muxes.entry(*tile).or_default().push((*at, *source)),
                 Event::Pointer { at, buffer, offset } => {
-                    ptrs.entry(*tile).or_default().push((*at, buffer.clone(), *offset))
+                    ptrs.entry(*tile).or_default().push((*at, buffer.as_str(), *offset))
                 }
                 _ => {}
             }
         }
     }
-    let mux_at = |tile: u16, cycle: u64| -> u16 {
-        muxes
-            .get(&tile)
-            .and_then(|m| m.iter().rev().find(|(c, _)| *c <= cycle))
-            .map(|x| x.1)
-            .unwrap_or(MUX_NONE)
-    };
-    // Walk each receiver's arrivals in time order and replay its pointer.
+    for v in streams.values_mut() {
+        v.sort_by_key(|w| w.0);
+    }
+    for v in muxes.values_mut() {
+        v.sort_by_key(|m| m.0);
+    }
+    for v in ptrs.values_mut() {
+        v.sort_by_key(|p| p.0);
+    }
+    let empty: Vec<(u64, &str, u32)> = Vec::new();
+    // 1. Every word of every transfer is selected by its receiver and lands at the right offset.
     for t in transfers {
-        let stream = streams.get(&t.sender).map(Vec::as_slice).unwrap_or(&[]);
+        let stream = streams.get(&t.sender).unwrap_or(&empty);
         let lat = latency(t.sender, t.receiver) as u64;
-        let mine: Vec<&(u64, String, u32)> = stream
+        let mine: Vec<u64> = stream
             .iter()
             .filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words)
+            .map(|w| w.0)
             .collect();
         if mine.len() != t.words as usize {
             return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
         }
-        for (i, (sent, _, _)) in mine.iter().enumerate() {
+        let mux = muxes.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
+        let ptr = ptrs.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
+        for (i, sent) in mine.iter().enumerate() {
             let arrival = sent + lat;
             let bad = ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: i as u32 };
-            if mux_at(t.receiver, arrival) != t.sender {
+            let m = mux.partition_point(|x| x.0 <= arrival);
+            if m == 0 || mux[m - 1].1 != t.sender {
                 return Err(bad);
             }
-            // Pointer: last set at or before the arrival, advanced by words landed since.
-            let p = ptrs
-                .get(&t.receiver)
-                .and_then(|p| p.iter().rev().find(|(c, _, _)| *c <= arrival))
-                .ok_or(bad.clone())?;
-            let landed_since =
-                stream.iter().filter(|(c, _, _)| c + lat >= p.0 && c + lat < arrival).count() as u32;
-            if p.1 != t.dst || p.2 + 4 * landed_since != t.dst_off + 4 * i as u32 {
+            // Pointer: last set at or before the arrival, advanced by the words landed since.
+            let k = ptr.partition_point(|x| x.0 <= arrival);
+            if k == 0 {
                 return Err(bad);
             }
-            // No other tile in the schedule selects this sender when the word passes it.
-            for (&other, _) in muxes.iter().filter(|(o, _)| **o != t.receiver) {
-                if mux_at(other, sent + latency(t.sender, other) as u64) == t.sender {
-                    return Err(bad);
+            let (set, buf, off) = ptr[k - 1];
+            let landed_since = stream.partition_point(|w| w.0 + lat < arrival)
+                - stream.partition_point(|w| w.0 + lat < set);
+            if buf != t.dst || off + 4 * landed_since as u32 != t.dst_off + 4 * i as u32 {
+                return Err(bad);
+            }
+        }
+    }
+    // 2. No tile takes a word not meant for it: walk every interval in which a tile's mux selects
+    //    a sender and check each word of that sender arriving in it.
+    let mut meant: BTreeMap<(u16, u16), Vec<(&str, u32, u32)>> = BTreeMap::new();
+    for t in transfers {
+        meant.entry((t.sender, t.receiver)).or_default().push((t.src.as_str(), t.src_off, t.src_off + 4 * t.words));
+    }
+    for (&tile, mux) in &muxes {
+        for (j, &(from, source)) in mux.iter().enumerate() {
+            let Some(stream) = streams.get(&source) else { continue };
+            let until = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
+            let lat = latency(source, tile) as u64;
+            let first = stream.partition_point(|w| w.0 + lat < from);
+            let last = stream.partition_point(|w| w.0 + lat < until);
+            let ok = meant.get(&(source, tile)).map(Vec::as_slice).unwrap_or(&[]);
+            for (k, (_, b, o)) in stream[first..last].iter().enumerate() {
+                if !ok.iter().any(|(mb, lo, hi)| mb == b && o >= lo && o < hi) {
+                    return Err(ScheduleError::Misrouted { sender: source, receiver: tile, word: (first + k) as u32 });
                 }
             }
         }

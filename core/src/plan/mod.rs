@@ -206,12 +206,14 @@ pub struct PlanOptions {
     pub grid: Option<[u32; 3]>,
     /// Store cycle stamps for a profile (costs 2 cycles per sample point).
     pub profile: bool,
+    /// Where casts of matmul side operands run relative to the exchange (row chains).
+    pub side_cast: chain::SideCast,
 }
 
 impl PlanOptions {
     /// Plain options for `tiles` tiles: grid chosen by the planner, no profile.
     pub fn new(tiles: usize) -> Self {
-        PlanOptions { tiles, grid: None, profile: false }
+        PlanOptions { tiles, grid: None, profile: false, side_cast: chain::SideCast::Replicated }
     }
 }
 

@@ -125,12 +125,26 @@ impl Profile {
                 )));
             }
             let mut at = cap.run_start + u64::from(raw[0].wrapping_sub(cap.run_start as u32));
-            let mut samples = Vec::with_capacity(ts.samples.len());
+            let mut samples = Vec::with_capacity(ts.samples.len() + 1);
             for (i, sp) in ts.samples.iter().enumerate() {
                 let end = at + u64::from(raw[i + 1].wrapping_sub(raw[i]));
                 samples.push(Sample { phase: sp.phase, kind: sp.kind, kernel: sp.kernel, start: at, end });
                 at = end;
             }
+            // The host intervals reach the call's edges: from the release (one `setzi` before
+            // stamp 0) and, after the last stamp, the return and the host sync, whose end is the
+            // device's count of the call's cycles.
+            let call_end = cap.run_start + cap.run_cycles;
+            if at > call_end {
+                return Err(ProfileError::Invalid(format!(
+                    "tile {t}: stamps reach cycle {at}, after the call ended at {call_end}"
+                )));
+            }
+            if let Some(first) = samples.first_mut() {
+                first.start = cap.run_start;
+            }
+            let host = ts.samples.first().map(|s| s.phase).unwrap_or(0);
+            samples.push(Sample { phase: host, kind: SampleKind::Host, kernel: NO_KERNEL, start: at, end: call_end });
             let memory = pkg.plan.memory.get(t).copied().unwrap_or_default();
             tiles.push(TileProfile { tile: t as u16, samples, memory });
         }
