@@ -4,6 +4,7 @@
 
 use crate::model::{self, ModelError};
 use crate::package::Package;
+use ipu_core::plan::chain::SideCast;
 use ipu_core::plan::{self, PlanOptions};
 use ipu_linker::{link, LinkError, Linked};
 use ipu_schema::{Binding, BuildInfo, Call, HostExchange, PlanSummary, Slice, Symbol};
@@ -28,6 +29,8 @@ pub struct BuildOptions {
     pub search_state: Option<std::path::PathBuf>,
     /// Carry a profile plan: the runtime stores cycle stamps for `run --profile` (docs/profile.md).
     pub profile: bool,
+    /// Force the placement of side-operand casts (row chains); `None`: the search chooses.
+    pub side_cast: Option<SideCast>,
 }
 
 impl BuildOptions {
@@ -40,6 +43,7 @@ impl BuildOptions {
             search_attempts: DEFAULT_SEARCH_ATTEMPTS,
             search_state: None,
             profile: false,
+            side_cast: None,
         }
     }
 }
@@ -133,12 +137,26 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             searched = Some(out);
         }
     }
-    let plan =
-        phase("plan_kernels", &mut timings, || plan::plan(&graph, PlanOptions { grid, profile: opts.profile, ..PlanOptions::new(opts.tiles) }))
-            .map_err(|err| BuildError::Plan { file: file.into(), err })?;
+    let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
+    if opts.side_cast.is_none() && grid.is_none() && searched.is_none() && opts.search_attempts > 0 {
+        if let Some(out) = phase("search_plan", &mut timings, || {
+            crate::search::cast_placement(&graph, opts.tiles, opts.search_attempts, &pool)
+        }) {
+            side_cast = out.side_cast;
+            searched = Some(crate::search::Outcome {
+                grid: [0; 3],
+                baseline_cycles: out.baseline_cycles,
+                attempts: out.attempts,
+            });
+        }
+    }
+    let plan_opts = PlanOptions { grid, profile: opts.profile, side_cast, ..PlanOptions::new(opts.tiles) };
+    let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
+        .map_err(|err| BuildError::Plan { file: file.into(), err })?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }
+    info!(removed = plan.eliminated_clears, "eliminated padding clears of zero-filled buffers");
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
         pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())
     });

@@ -95,6 +95,10 @@ enum Cmd {
         /// `run --profile` / `--trace` read back.
         #[arg(long)]
         profile: bool,
+        /// Force where casts of matmul side operands run instead of searching: replicated,
+        /// before_exchange or after_exchange (docs/search.md).
+        #[arg(long, value_parser = parse_side_cast)]
+        side_cast: Option<ipu_core::plan::chain::SideCast>,
     },
     /// Show where the cycles of a profile go, as tables.
     Profile {
@@ -174,6 +178,15 @@ enum Cmd {
         #[arg(long, default_value_t = 2_000_000_000)]
         max_cycles: u64,
     },
+}
+
+fn parse_side_cast(s: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
+    use ipu_core::plan::chain::SideCast;
+    SideCast::ALL
+        .iter()
+        .copied()
+        .find(|c| c.name() == s)
+        .ok_or_else(|| format!("expected one of {}", SideCast::ALL.map(|c| c.name()).join(", ")))
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -316,9 +329,28 @@ fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_js
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
-        Cmd::Build { model, output, tiles, threads, json, timings, search_attempts, search_state, profile } => {
+        Cmd::Build {
+            model,
+            output,
+            tiles,
+            threads,
+            json,
+            timings,
+            search_attempts,
+            search_state,
+            profile,
+            side_cast,
+        } => {
             let src = read_text(&model)?;
-            let opts = BuildOptions { tiles, threads, grid: None, search_attempts, search_state, profile };
+            let opts = BuildOptions {
+                tiles,
+                threads,
+                grid: None,
+                search_attempts,
+                search_state,
+                profile,
+                side_cast,
+            };
             let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
             if timings {
                 for (phase, ms) in &b.timings {
@@ -361,7 +393,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 )));
             }
             if pkg.tile_count as usize != p.tiles.len() {
-                return Err(bad(format!("{}: {} tiles, the package has {}", file.display(), p.tiles.len(), pkg.tile_count)));
+                return Err(bad(format!(
+                    "{}: {} tiles, the package has {}",
+                    file.display(),
+                    p.tiles.len(),
+                    pkg.tile_count
+                )));
             }
             let html = ipu_host::profile::report::render(&p, &pkg, &package.display().to_string());
             ipu_host::atomic::write_atomic(&output, html.as_bytes())

@@ -187,12 +187,17 @@ impl Package {
         for (t, ts) in p.tiles.iter().enumerate() {
             let bytes = 4 * (ts.samples.len() as u64 + 1);
             let what = format!("profile plan tile {t}: stamp buffer {:#x}", ts.buffer);
-            if bytes > u32::MAX as u64 || !in_tile_memory(ts.buffer, bytes as u32) || !ts.buffer.is_multiple_of(4) {
+            if bytes > u32::MAX as u64
+                || !in_tile_memory(ts.buffer, bytes as u32)
+                || !ts.buffer.is_multiple_of(4)
+            {
                 return bad(format!("{what}: {bytes} bytes not whole words of tile memory"));
             }
             let end = ts.buffer as u64 + bytes;
             let hits_code = self.tiles[t].segments.iter().any(|s| {
-                s.flags & SEG_EXEC != 0 && (s.addr as u64) < end && (ts.buffer as u64) < s.addr as u64 + s.len as u64
+                s.flags & SEG_EXEC != 0
+                    && (s.addr as u64) < end
+                    && (ts.buffer as u64) < s.addr as u64 + s.len as u64
             });
             if hits_code {
                 return bad(format!("{what}: overlaps code"));
@@ -201,7 +206,9 @@ impl Package {
                 if sp.phase as usize >= p.phases.len()
                     || (sp.kernel != ipu_schema::NO_KERNEL && sp.kernel as usize >= p.kernels.len())
                 {
-                    return bad(format!("profile plan tile {t} sample {i}: phase or kernel index out of range"));
+                    return bad(format!(
+                        "profile plan tile {t} sample {i}: phase or kernel index out of range"
+                    ));
                 }
             }
         }

@@ -196,3 +196,91 @@ pub fn run(
         attempts: state.attempts,
     }))
 }
+
+/// What the cast-placement search chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CastOutcome {
+    /// Placement to build.
+    pub side_cast: ipu_core::plan::chain::SideCast,
+    /// Predicted cycles of the baseline (`Replicated`).
+    pub baseline_cycles: u64,
+    /// Candidates evaluated beyond the baseline.
+    pub attempts: u32,
+}
+
+/// Local search over where the casts of matmul side operands run (docs/search.md): the baseline
+/// replicates them on every tile; the candidates cast a share on each tile before, or after, an
+/// all-gather over the exchange. Candidates are planned and costed concurrently and accepted in
+/// their fixed order, so the choice does not depend on the thread count. `None` when the graph has
+/// no such cast (or the baseline cannot be planned: the build reports that itself).
+pub fn cast_placement(
+    g: &Graph,
+    tiles: usize,
+    attempts: u32,
+    pool: &rayon::ThreadPool,
+) -> Option<CastOutcome> {
+    use ipu_core::plan::{chain::SideCast, plan, PlanOptions};
+    let sides: Vec<usize> = (0..g.ops.len())
+        .filter(|&i| {
+            matches!(g.ops[i].kind, OpKind::Cast { .. })
+                && g.ops.iter().any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[i].output))
+        })
+        .collect();
+    if sides.is_empty() {
+        return None;
+    }
+    let cost = |c: SideCast| plan(g, PlanOptions { side_cast: c, ..PlanOptions::new(tiles) });
+    let base = cost(SideCast::Replicated).ok()?;
+    let candidates: Vec<SideCast> = SideCast::ALL
+        .iter()
+        .copied()
+        .filter(|&c| c != SideCast::Replicated)
+        .take(attempts as usize)
+        .collect();
+    let evaluated: Vec<_> = pool.install(|| candidates.par_iter().map(|&c| (c, cost(c))).collect());
+    let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
+    let (mut best, mut best_cycles) = (SideCast::Replicated, base.cost.cycles);
+    for (attempt, (c, p)) in evaluated.iter().enumerate() {
+        match p {
+            Ok(p) => {
+                info!(
+                    attempt = attempt + 1,
+                    casts = ?names,
+                    placement = c.name(),
+                    cycles = p.cost.cycles,
+                    exchange_cycles = p.cost.exchange,
+                    exchange_bytes = p.exchange_bytes,
+                    "evaluated cast placement candidate"
+                );
+                if p.cost.cycles < best_cycles {
+                    info!(
+                        attempt = attempt + 1,
+                        before = best_cycles,
+                        after = p.cost.cycles,
+                        changed_casts = ?names,
+                        placement = c.name(),
+                        "accepted local layout improvement"
+                    );
+                    (best, best_cycles) = (*c, p.cost.cycles);
+                }
+            }
+            Err(e) => {
+                info!(attempt = attempt + 1, placement = c.name(), error = %e, "cast placement candidate not plannable")
+            }
+        }
+    }
+    // The seed's "cast order" figure: bytes the exchange moves with each cast before vs after it.
+    let bytes = |c: SideCast| {
+        evaluated.iter().find(|(x, _)| *x == c).and_then(|(_, p)| p.as_ref().ok()).map(|p| p.exchange_bytes)
+    };
+    info!(
+        casts = ?names,
+        exchange_bytes_cast_before = ?bytes(SideCast::BeforeExchange),
+        exchange_bytes_cast_after = ?bytes(SideCast::AfterExchange),
+        replicated_cycles = base.cost.cycles,
+        chosen = best.name(),
+        cycles = best_cycles,
+        "compared cast placement relative to the exchange"
+    );
+    Some(CastOutcome { side_cast: best, baseline_cycles: base.cost.cycles, attempts: evaluated.len() as u32 })
+}

@@ -224,7 +224,8 @@ pub enum SampleKind {
 
 impl SampleKind {
     /// All kinds, in report order.
-    pub const ALL: [SampleKind; 4] = [SampleKind::Compute, SampleKind::Sync, SampleKind::Exchange, SampleKind::Host];
+    pub const ALL: [SampleKind; 4] =
+        [SampleKind::Compute, SampleKind::Sync, SampleKind::Exchange, SampleKind::Host];
     /// Lower-case name.
     pub fn name(self) -> &'static str {
         match self {

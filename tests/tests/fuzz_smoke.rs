@@ -129,9 +129,10 @@ fn profile_reader() {
     let src = String::from_utf8(examples()[2].clone()).unwrap();
     let opts = ipu_host::build::BuildOptions { profile: true, ..ipu_host::build::BuildOptions::new(3) };
     let b = ipu_host::build::build("qk.toml", &src, &opts).unwrap();
-    let mut dev = ipu_host::sim::SimDevice::new(ipu_host::sim::SimConfig { tiles: 3, threads: 1, max_cycles: 1 << 30 })
-        .unwrap();
-    let run = ipu_host::session::RunOptions {
+    let mut dev =
+        ipu_host::sim::SimDevice::new(ipu_host::sim::SimConfig { tiles: 3, threads: 1, max_cycles: 1 << 30 })
+            .unwrap();
+    let opts = ipu_host::session::RunOptions {
         package_path: "qk.ipuexe".into(),
         inputs: Default::default(),
         output_dir: None,
@@ -139,9 +140,10 @@ fn profile_reader() {
         iterations: 1,
         profile: true,
     };
-    let out = ipu_host::session::run(&b.package, &mut dev, &run).unwrap();
-    let p = ipu_host::profile::Profile::from_run(&b.package, "qk.ipuexe", "00", "sim", &out.captured.unwrap())
-        .unwrap();
+    let out = ipu_host::session::run(&b.package, &mut dev, &opts).unwrap();
+    let p =
+        ipu_host::profile::Profile::from_run(&b.package, "qk.ipuexe", "00", "sim", &out.captured.unwrap())
+            .unwrap();
     run("profile", fuzz::profile, &[p.to_capnp()], 3000);
 }
 

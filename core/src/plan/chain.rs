@@ -213,6 +213,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     // tile the step index where the exchange goes.
     let mut pieces: Vec<Vec<Piece>> = vec![Vec::new(); nbatch as usize];
     let mut gather_at: Vec<usize> = Vec::new();
+    let mut eliminated_clears = 0u64;
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     let name = |t: TensorId| format!("t{}", t.0);
     for b in 0..nbatch {
@@ -332,8 +333,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 let sb = if st.shape.len() > 2 { b } else { 0 };
                 let elt = st.dtype.size() as u64;
                 let sl = slices.entry(src).or_default();
-                // A distributed side cast loads only this tile's share of the blocks.
-                let share = own_blocks(opts.side_cast, src != bt, geo.2 * geo.3, used_per_batch, i);
+                // A distributed side cast loads only the blocks its share of the values touches.
+                let units = own_units(opts.side_cast, geo.2 * geo.3 * be * oc / 8, used_per_batch, i);
+                let per_block = be * oc / 8;
+                let share = if src != bt && opts.side_cast != SideCast::Replicated {
+                    units.start / per_block..units.end.div_ceil(per_block)
+                } else {
+                    0..geo.2 * geo.3
+                };
                 for kb in 0..geo.2 {
                     for nb in 0..geo.3 {
                         if !share.contains(&(kb * geo.3 + nb)) {
@@ -363,27 +370,31 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 let src = row_input(&g.ops[ci].kind);
                 let (be, oc, kb, nb, _) = side_layout[&out];
                 let block = be * oc;
-                let share = own_blocks(opts.side_cast, true, kb * nb, used_per_batch, i);
-                let cast = if opts.side_cast == SideCast::BeforeExchange { share.clone() } else { 0..kb * nb };
+                // Shares are counted in units of 8 values (the cast kernel's pair of chunks).
+                let share = own_units(opts.side_cast, kb * nb * block / 8, used_per_batch, i);
+                let cast = if opts.side_cast == SideCast::BeforeExchange {
+                    share.clone()
+                } else {
+                    0..kb * nb * block / 8
+                };
                 for (buffer, elt) in [(src, 2), (out, 1)] {
                     let moved = if opts.side_cast == SideCast::BeforeExchange { out } else { src };
                     if buffer == moved && opts.side_cast != SideCast::Replicated {
                         pieces[b as usize].push(Piece {
                             sender: tile as u16,
                             buffer: format!("s{}", buffer.0),
-                            offset: (share.start * block * elt) as u32,
-                            words: ((share.end - share.start) * block * elt / 4) as u32,
+                            offset: (share.start * 8 * elt) as u32,
+                            words: ((share.end - share.start) * 8 * elt / 4) as u32,
                         });
                     }
                 }
-                // Weight blocks hold 512 values: whole pairs of 4-value chunks.
-                let pairs = (cast.end - cast.start) * block / 8;
+                let pairs = cast.end - cast.start;
                 if pairs.div_ceil(WORKERS as u64) > 4096 {
                     return unsupported(ci, "a side cast larger than 6 × 4096 × 8 values per tile".into());
                 }
                 let words = cast_desc(
-                    (&format!("s{}", src.0), cast.start * block * 2),
-                    (&format!("s{}", out.0), cast.start * block),
+                    (&format!("s{}", src.0), cast.start * 16),
+                    (&format!("s{}", out.0), cast.start * 8),
                     pairs,
                     8,
                     2,
@@ -506,6 +517,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         let n = cols(src);
                         let blk = WORKERS as u64 * SCRATCH + rows * ROW;
                         let pad = n.div_ceil(be) * be - n;
+                        if pad > 0 {
+                            eliminated_clears += rows;
+                        }
                         let mut words = Vec::new();
                         let mut off = 0;
                         for (w0, w1) in &wr {
@@ -516,7 +530,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Const(((rows - 1) * be * elt) as u32),
                                 Word::Const((w1 - w0) as u32),
                                 Word::Const((n - 1) as u32),
-                                Word::Const(pad as u32),
+                                // Padding columns: already zero (the loader zero-fills every
+                                // buffer and no kernel writes them), so the clear is left out.
+                                Word::Const(0),
                                 Word::Const(be as u32),
                             ]);
                             off += SCRATCH + (w1 - w0) * ROW;
@@ -527,7 +543,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             Kernel::SoftmaxF16,
                             format!("d{}", p.steps.len()),
                             words,
-                            cost::softmax_issues(max_rows, n, be, pad),
+                            cost::softmax_issues(max_rows, n, be, 0),
                         );
                     }
                 }
@@ -539,7 +555,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let groups: Vec<(Vec<u16>, Vec<Piece>)> = pieces
         .into_iter()
         .enumerate()
-        .map(|(b, p)| (((b as u64 * used_per_batch)..((b as u64 + 1) * used_per_batch)).map(|t| t as u16).collect(), p))
+        .map(|(b, p)| {
+            (((b as u64 * used_per_batch)..((b as u64 + 1) * used_per_batch)).map(|t| t as u16).collect(), p)
+        })
         .collect();
     let mut exchange_bytes = 0u64;
     if groups.iter().any(|(t, p)| t.len() > 1 && !p.is_empty()) {
@@ -574,6 +592,8 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         grids: vec![[used_per_batch as u32, 1, 1]; g.ops.len()],
         horizons,
         profile: None,
+        exchange_bytes,
+        eliminated_clears,
         mapping: vec![format!(
             "row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile), side casts {} (exchange bytes {exchange_bytes})",
             chain.len(),
@@ -634,12 +654,12 @@ impl SideCast {
     }
 }
 
-/// The blocks (in buffer order) that tile `i` of a batch group loads from the host: a share when a
-/// cast operand is distributed, else all of them.
-fn own_blocks(mode: SideCast, cast: bool, blocks: u64, per_group: u64, i: u64) -> core::ops::Range<u64> {
-    if mode == SideCast::Replicated || !cast {
-        return 0..blocks;
+/// The 8-value units (in buffer order) that tile `i` of a batch group casts and sends when a side
+/// cast is distributed over the group, else all of them.
+fn own_units(mode: SideCast, units: u64, per_group: u64, i: u64) -> core::ops::Range<u64> {
+    if mode == SideCast::Replicated {
+        return 0..units;
     }
-    let (b0, b1) = split(blocks, per_group, i);
-    b0..b1
+    let (u0, u1) = split(units, per_group, i);
+    u0..u1
 }

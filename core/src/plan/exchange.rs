@@ -319,8 +319,8 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
                 return Err(bad);
             }
             let (set, buf, off) = ptr[k - 1];
-            let landed_since = stream.partition_point(|w| w.0 + lat < arrival)
-                - stream.partition_point(|w| w.0 + lat < set);
+            let landed_since =
+                stream.partition_point(|w| w.0 + lat < arrival) - stream.partition_point(|w| w.0 + lat < set);
             if buf != t.dst || off + 4 * landed_since as u32 != t.dst_off + 4 * i as u32 {
                 return Err(bad);
             }
@@ -330,7 +330,11 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
     //    a sender and check each word of that sender arriving in it.
     let mut meant: BTreeMap<(u16, u16), Vec<(&str, u32, u32)>> = BTreeMap::new();
     for t in transfers {
-        meant.entry((t.sender, t.receiver)).or_default().push((t.src.as_str(), t.src_off, t.src_off + 4 * t.words));
+        meant.entry((t.sender, t.receiver)).or_default().push((
+            t.src.as_str(),
+            t.src_off,
+            t.src_off + 4 * t.words,
+        ));
     }
     for (&tile, mux) in &muxes {
         for (j, &(from, source)) in mux.iter().enumerate() {
@@ -342,10 +346,67 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
             let ok = meant.get(&(source, tile)).map(Vec::as_slice).unwrap_or(&[]);
             for (k, (_, b, o)) in stream[first..last].iter().enumerate() {
                 if !ok.iter().any(|(mb, lo, hi)| mb == b && o >= lo && o < hi) {
-                    return Err(ScheduleError::Misrouted { sender: source, receiver: tile, word: (first + k) as u32 });
+                    return Err(ScheduleError::Misrouted {
+                        sender: source,
+                        receiver: tile,
+                        word: (first + k) as u32,
+                    });
                 }
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(tiles: &[u16], words: u32) -> Vec<Piece> {
+        tiles
+            .iter()
+            .map(|&t| Piece { sender: t, buffer: "k".into(), offset: 4 * words * t as u32, words })
+            .collect()
+    }
+
+    #[test]
+    fn all_gather_broadcasts_each_piece_once_to_every_other_tile() {
+        let tiles = [0u16, 1, 2, 5];
+        let (s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 8))]).unwrap();
+        assert_eq!(transfers.len(), 4 * 3);
+        for t in tiles {
+            let evs = &s.events[&t];
+            assert_eq!(evs[0], Event::Expect(24), "tile {t} receives three pieces of 8 words");
+            assert_eq!(evs.iter().filter(|e| matches!(e, Event::Send { .. })).count(), 1);
+        }
+        // The four pieces go one after the other; the last travels at least 11 cycles.
+        assert!(s.horizon >= 4 * 8 + 11, "{}", s.horizon);
+    }
+
+    #[test]
+    fn validation_rejects_a_mux_one_cycle_late() {
+        let tiles = [0u16, 1, 2];
+        let (mut s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 4))]).unwrap();
+        let ev = s.events.get_mut(&2).unwrap();
+        let i = ev.iter().position(|e| matches!(e, Event::Mux { source: 0, .. })).unwrap();
+        if let Event::Mux { at, .. } = &mut ev[i] {
+            *at += 1;
+        }
+        assert_eq!(
+            validate(&transfers, &s),
+            Err(ScheduleError::Misrouted { sender: 0, receiver: 2, word: 0 })
+        );
+    }
+
+    #[test]
+    fn validation_rejects_a_tile_that_takes_words_meant_for_others() {
+        // Tile 3 is in no transfer but selects tile 0 while its piece passes.
+        let tiles = [0u16, 1];
+        let (mut s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 4))]).unwrap();
+        s.events.insert(3, alloc::vec![Event::Mux { at: 0, source: 0 }]);
+        assert!(matches!(
+            validate(&transfers, &s),
+            Err(ScheduleError::Misrouted { sender: 0, receiver: 3, .. })
+        ));
+    }
 }

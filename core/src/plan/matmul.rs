@@ -288,7 +288,10 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             "B".into(),
                             ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
                         ));
-                        let issues = kernel_issues(amp, wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32);
+                        let issues = kernel_issues(
+                            amp,
+                            wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32,
+                        );
                         p.steps.push(Step::RunAll(amp, name, issues));
                     }
                 }
@@ -390,6 +393,8 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
         horizons,
         profile: None,
+        exchange_bytes: transfers.iter().map(|t| 4 * t.words as u64).sum(),
+        eliminated_clears: 0,
         mapping: vec![format!(
             "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
             mm.m,

@@ -157,6 +157,10 @@ pub struct Plan {
     pub horizons: Vec<u64>,
     /// The profile plan, when asked for.
     pub profile: Option<profile::Samples>,
+    /// Bytes sent over the exchange per `run` call (each broadcast word counted once).
+    pub exchange_bytes: u64,
+    /// Rows whose padding clear was left out because the padding is zero already (docs/kernels.md).
+    pub eliminated_clears: u64,
 }
 
 impl Plan {
@@ -343,7 +347,11 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let named = op_phase(graph, 0);
             for step in plan.tiles.iter_mut().flat_map(|t| t.steps.iter_mut()) {
                 if let Step::Phase(p) = step {
-                    *p = if p == "reduce" { alloc::format!("reduce {}", graph.tensor(op.output).name) } else { named.clone() };
+                    *p = if p == "reduce" {
+                        alloc::format!("reduce {}", graph.tensor(op.output).name)
+                    } else {
+                        named.clone()
+                    };
                 }
             }
             Ok(plan)

@@ -113,7 +113,8 @@ impl Profile {
         device: &str,
         cap: &Captured,
     ) -> Result<Profile, ProfileError> {
-        let plan = pkg.plan.profile.as_ref().ok_or_else(|| ProfileError::Invalid("no profile plan".into()))?;
+        let plan =
+            pkg.plan.profile.as_ref().ok_or_else(|| ProfileError::Invalid("no profile plan".into()))?;
         let mut tiles = Vec::with_capacity(plan.tiles.len());
         for (t, ts) in plan.tiles.iter().enumerate() {
             let raw = cap.stamps.get(t).map(Vec::as_slice).unwrap_or(&[]);
@@ -144,7 +145,13 @@ impl Profile {
                 first.start = cap.run_start;
             }
             let host = ts.samples.first().map(|s| s.phase).unwrap_or(0);
-            samples.push(Sample { phase: host, kind: SampleKind::Host, kernel: NO_KERNEL, start: at, end: call_end });
+            samples.push(Sample {
+                phase: host,
+                kind: SampleKind::Host,
+                kernel: NO_KERNEL,
+                start: at,
+                end: call_end,
+            });
             let memory = pkg.plan.memory.get(t).copied().unwrap_or_default();
             tiles.push(TileProfile { tile: t as u16, samples, memory });
         }
@@ -284,7 +291,9 @@ impl Profile {
                 .map(|&b| u64::from(b))
                 .sum();
             if total > ipu_core::target::TILE_MEM_SIZE as u64 {
-                return Err(ProfileError::Invalid(format!("tile {i}: memory use {total} bytes exceeds the tile")));
+                return Err(ProfileError::Invalid(format!(
+                    "tile {i}: memory use {total} bytes exceeds the tile"
+                )));
             }
             let sl = t.get_samples()?;
             let mut samples = Vec::with_capacity(sl.len() as usize);
@@ -297,8 +306,13 @@ impl Profile {
                     Ok(Kind::Host) => SampleKind::Host,
                     Err(e) => return Err(ProfileError::Invalid(format!("tile {i} sample {j}: {e}"))),
                 };
-                let sample =
-                    Sample { phase: s.get_phase(), kind, kernel: s.get_kernel(), start: s.get_start(), end: s.get_end() };
+                let sample = Sample {
+                    phase: s.get_phase(),
+                    kind,
+                    kernel: s.get_kernel(),
+                    start: s.get_start(),
+                    end: s.get_end(),
+                };
                 let bad = |why: String| ProfileError::Invalid(format!("tile {i} sample {j}: {why}"));
                 if sample.phase as usize >= phases.len() {
                     return Err(bad(format!("phase {} of {}", sample.phase, phases.len())));
@@ -310,7 +324,10 @@ impl Profile {
                     return Err(bad(format!("ends at {} before it starts at {}", sample.end, sample.start)));
                 }
                 if prev_end.is_some_and(|e| e != sample.start) {
-                    return Err(bad(format!("starts at {}, the previous sample ended at {prev_end:?}", sample.start)));
+                    return Err(bad(format!(
+                        "starts at {}, the previous sample ended at {prev_end:?}",
+                        sample.start
+                    )));
                 }
                 prev_end = Some(sample.end);
                 samples.push(sample);

@@ -43,7 +43,8 @@ fn data_json(p: &Profile) -> String {
         ipu_core::target::TILE_MEM_SIZE,
         ipu_core::target::NUM_TILES,
         serde_json::to_string(&p.phases).unwrap_or_default(),
-        serde_json::to_string(&SampleKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>()).unwrap_or_default()
+        serde_json::to_string(&SampleKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>())
+            .unwrap_or_default()
     );
     for (i, t) in p.tiles.iter().enumerate() {
         if i > 0 {
@@ -75,11 +76,17 @@ pub fn render(p: &Profile, pkg: &Package, package_path: &str) -> String {
         ("target", pkg.info.target.clone()),
         ("tiles used", format!("{used} of {}", pkg.tile_count)),
         ("device", p.device.clone()),
-        ("run cycles (profiled)", format!("{} ({:.2} µs)", p.run_cycles, p.run_cycles as f64 / p.clock_hz as f64 * 1e6)),
+        (
+            "run cycles (profiled)",
+            format!("{} ({:.2} µs)", p.run_cycles, p.run_cycles as f64 / p.clock_hz as f64 * 1e6),
+        ),
         ("predicted cycles", pkg.plan.predicted_cycles.to_string()),
         ("predicted exchange cycles", pkg.plan.predicted_exchange_cycles.to_string()),
         ("samples", p.sample_count().to_string()),
-        ("memory (all tiles)", format!("{mem_all} bytes; largest tile {mem_max} of {} bytes", ipu_core::target::TILE_MEM_SIZE)),
+        (
+            "memory (all tiles)",
+            format!("{mem_all} bytes; largest tile {mem_max} of {} bytes", ipu_core::target::TILE_MEM_SIZE),
+        ),
     ] {
         let _ = write!(summary, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
     }

@@ -57,7 +57,8 @@ pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
             }));
             let rows = (0..p.phases.len())
                 .filter_map(|ph| {
-                    let all = || p.tiles.iter().flat_map(|t| &t.samples).filter(move |s| s.phase as usize == ph);
+                    let all =
+                        || p.tiles.iter().flat_map(|t| &t.samples).filter(move |s| s.phase as usize == ph);
                     let start = all().map(|s| s.start).min()?;
                     let end = all().map(|s| s.end).max()?;
                     let k = by_kind(all());
@@ -81,10 +82,16 @@ pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
             let all: u64 = per.values().map(|v| v.1).sum();
             let mut rows: Vec<(String, Vec<f64>)> = per
                 .into_iter()
-                .map(|(k, (n, c, mx))| (k, vec![n as f64, c as f64, c as f64 / n as f64, mx as f64, pct(c, all)]))
+                .map(|(k, (n, c, mx))| {
+                    (k, vec![n as f64, c as f64, c as f64 / n as f64, mx as f64, pct(c, all)])
+                })
                 .collect();
             rows.sort_by(|a, b| b.1[1].total_cmp(&a.1[1]).then(a.0.cmp(&b.0)));
-            Table { key: "kernel", columns: vec!["launches", "tile_cycles", "mean", "max", "compute_%"], rows }
+            Table {
+                key: "kernel",
+                columns: vec!["launches", "tile_cycles", "mean", "max", "compute_%"],
+                rows,
+            }
         }
         GroupBy::Tile => {
             let mut rows: Vec<(u64, String, Vec<f64>)> = p

@@ -8,10 +8,16 @@ use serde_json::{json, Value};
 /// Default cap on slices; whole tiles are dropped past it, with a note in the trace.
 pub const DEFAULT_MAX_EVENTS: usize = 200_000;
 
-/// Microseconds of `cycle` from the start of the call, exact to the nanosecond.
-fn micros(p: &Profile, cycle: u64) -> f64 {
-    let ns = ((cycle.saturating_sub(p.run_start)) as u128 * 1_000_000_000 / p.clock_hz as u128) as u64;
-    ns as f64 / 1000.0
+/// Nanoseconds of `cycle` from the start of the call (rounded down).
+fn nanos(p: &Profile, cycle: u64) -> u64 {
+    ((cycle.saturating_sub(p.run_start)) as u128 * 1_000_000_000 / p.clock_hz as u128) as u64
+}
+
+/// `ts` and `dur` in microseconds for cycles `start..end`, both from integer nanoseconds, so a
+/// slice's end (`ts + dur` in ns) is exactly the nanosecond of `end`.
+fn span(p: &Profile, start: u64, end: u64) -> (f64, f64) {
+    let (a, b) = (nanos(p, start), nanos(p, end));
+    (a as f64 / 1000.0, (b - a) as f64 / 1000.0)
 }
 
 /// The trace as a JSON value, with at most `max_events` slices.
@@ -35,16 +41,16 @@ pub fn trace(p: &Profile, max_events: usize) -> Value {
             "args": {"sort_index": t.tile}}));
         for (first, last) in runs {
             let (s0, s1) = (&t.samples[first], &t.samples[last]);
-            let ts = micros(p, s0.start);
+            let (ts, dur) = span(p, s0.start, s1.end);
             events.push(json!({"ph": "X", "cat": "phase", "name": p.phases[s0.phase as usize], "pid": pid,
-                "tid": tid, "ts": ts, "dur": micros(p, s1.end) - ts,
+                "tid": tid, "ts": ts, "dur": dur,
                 "args": {"start_cycle": s0.start, "end_cycle": s1.end}}));
             slices += 1;
             for s in &t.samples[first..=last] {
-                let ts = micros(p, s.start);
+                let (ts, dur) = span(p, s.start, s.end);
                 let name = p.kernel_name(s).unwrap_or(s.kind.name());
                 events.push(json!({"ph": "X", "cat": s.kind.name(), "name": name, "pid": pid, "tid": tid,
-                    "ts": ts, "dur": micros(p, s.end) - ts,
+                    "ts": ts, "dur": dur,
                     "args": {"start_cycle": s.start, "end_cycle": s.end, "cycles": s.cycles()}}));
                 slices += 1;
             }
