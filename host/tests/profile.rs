@@ -104,10 +104,9 @@ fn profile_covers_every_cycle_of_every_tile() {
         assert!(t.memory.profile >= 4 * (t.samples.len() as u32 - 1));
     }
     // The run's cycles printed by `run --json` on the same package agree with the profile.
-    let j: Value = serde_json::from_str(
-        &ok(bin().arg("run").arg(&r.package).arg("--json")).lines().last().unwrap_or(""),
-    )
-    .expect("json");
+    let j: Value =
+        serde_json::from_str(ok(bin().arg("run").arg(&r.package).arg("--json")).lines().last().unwrap_or(""))
+            .expect("json");
     assert_eq!(j["cycles"][0].as_u64(), Some(p.run_cycles));
     // Re-encoding is byte-identical (deterministic writer).
     assert_eq!(p.to_capnp(), std::fs::read(&r.profile).unwrap());

@@ -94,7 +94,7 @@ pub fn tile_code(plan: &TilePlan) -> String {
     s.push_str(".equ mailbox, 0xe7b00\nmain:\n    sync 15\ncmd:\n");
     if plan.steps.iter().any(|s| matches!(s, Step::Stamp(_))) {
         // Profile stamp 0: the host sync released this tile ($m9 = stamp base, docs/profile.md).
-        let _ = write!(s, "    setzi $m9, {}\n", ipu_core::plan::profile::BUFFER);
+        let _ = writeln!(s, "    setzi $m9, {}", ipu_core::plan::profile::BUFFER);
         stamp(&mut s, 0);
     }
     s.push_str(

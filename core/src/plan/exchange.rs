@@ -258,6 +258,9 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
     Ok((s, transfers))
 }
 
+/// Buffer and byte range `[lo, hi)` of words meant for one receiver.
+type WordRange<'a> = (&'a str, u32, u32);
+
 /// Check the events against the fabric model: every word of every transfer is selected by its
 /// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
 /// receive it (by some transfer of the same words) takes it.
@@ -328,7 +331,7 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
     }
     // 2. No tile takes a word not meant for it: walk every interval in which a tile's mux selects
     //    a sender and check each word of that sender arriving in it.
-    let mut meant: BTreeMap<(u16, u16), Vec<(&str, u32, u32)>> = BTreeMap::new();
+    let mut meant: BTreeMap<(u16, u16), Vec<WordRange>> = BTreeMap::new();
     for t in transfers {
         meant.entry((t.sender, t.receiver)).or_default().push((
             t.src.as_str(),

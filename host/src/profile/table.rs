@@ -140,9 +140,7 @@ pub fn render_text(p: &Profile, t: &Table) -> String {
     let mut out = heading(p);
     out.push('\n');
     let cell = |v: f64, col: &str| {
-        if col.ends_with('%') {
-            format!("{v:.1}")
-        } else if col == "mean" {
+        if col.ends_with('%') || col == "mean" {
             format!("{v:.1}")
         } else {
             format!("{v:.0}")
