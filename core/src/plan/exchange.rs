@@ -84,6 +84,18 @@ pub struct Schedule {
 pub enum ScheduleError {
     /// A tile both sends and receives in one superstep (not supported by the code generator).
     SendAndReceive(u16),
+    /// A tile's supervisor cannot issue an event by its cycle (the instruction before it is
+    /// still issuing): the code would run late.
+    Late {
+        /// Tile.
+        tile: u16,
+        /// Index of the event in the tile's list.
+        event: usize,
+        /// Cycle the event needs.
+        at: u64,
+        /// Earliest cycle the supervisor can issue it.
+        earliest: u64,
+    },
     /// Validation found a word that would not land where intended.
     Misrouted {
         /// Sender.
@@ -99,6 +111,10 @@ impl core::fmt::Display for ScheduleError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             ScheduleError::SendAndReceive(t) => write!(f, "tile {t} both sends and receives in one exchange"),
+            ScheduleError::Late { tile, event, at, earliest } => write!(
+                f,
+                "validation: tile {tile} exchange event {event} is due at cycle {at} but its supervisor can issue it at {earliest} at the earliest"
+            ),
             ScheduleError::Misrouted { sender, receiver, word } => {
                 write!(f, "validation: word {word} from tile {sender} would not land on tile {receiver}")
             }
@@ -258,6 +274,35 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
     Ok((s, transfers))
 }
 
+/// Check that a tile's supervisor can issue every event on time, replaying the issue costs of the
+/// code the runtime emits (`ipu-runtime-tile` `runtime::exchange`, docs/target.md §4.3): `Expect`
+/// is two instructions; a pointer or mux event is one delayed-effect instruction issued no later
+/// than its cycle (cost: delay + 1); a send of n words costs n cycles from its start; a drain waits.
+/// Returns the cycle after the tile's last exchange instruction.
+pub fn check_issue(tile: u16, events: &[Event]) -> Result<u64, ScheduleError> {
+    let mut t = 0u64;
+    for (i, e) in events.iter().enumerate() {
+        let late = |at: u64, t: u64| ScheduleError::Late { tile, event: i, at, earliest: t };
+        match e {
+            Event::Expect(_) => t += 2,
+            Event::Pointer { at, .. } | Event::Mux { at, .. } => {
+                if *at < t {
+                    return Err(late(*at, t));
+                }
+                t = at + 1;
+            }
+            Event::Send { at, words, .. } => {
+                if *at < t {
+                    return Err(late(*at, t));
+                }
+                t = at + *words as u64;
+            }
+            Event::Drain { until } => t = t.max(*until),
+        }
+    }
+    Ok(t)
+}
+
 /// Buffer and byte range `[lo, hi)` of words meant for one receiver.
 type WordRange<'a> = (&'a str, u32, u32);
 
@@ -265,6 +310,9 @@ type WordRange<'a> = (&'a str, u32, u32);
 /// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
 /// receive it (by some transfer of the same words) takes it.
 pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleError> {
+    for (&tile, evs) in &s.events {
+        check_issue(tile, evs)?;
+    }
     // Each sender's stream (cycle, buffer, offset of the word), and each tile's mux and pointer
     // timelines, all sorted by cycle so that lookups are binary searches.
     let mut streams: BTreeMap<u16, Vec<(u64, &str, u32)>> = BTreeMap::new();
@@ -398,6 +446,22 @@ mod tests {
         assert_eq!(
             validate(&transfers, &s),
             Err(ScheduleError::Misrouted { sender: 0, receiver: 2, word: 0 })
+        );
+    }
+
+    #[test]
+    fn validation_rejects_events_the_supervisor_cannot_issue_in_time() {
+        let tiles = [0u16, 1, 2];
+        let (mut s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 4))]).unwrap();
+        // Tile 1 sends 4 words; a pointer due one cycle before its send ends cannot be issued.
+        let ev = s.events.get_mut(&1).unwrap();
+        let send =
+            ev.iter().find_map(|e| if let Event::Send { at, .. } = e { Some(*at) } else { None }).unwrap();
+        let i = ev.iter().position(|e| matches!(e, Event::Send { .. })).unwrap();
+        ev.insert(i + 1, Event::Pointer { at: send + 3, buffer: "k".into(), offset: 0 });
+        assert_eq!(
+            validate(&transfers, &s),
+            Err(ScheduleError::Late { tile: 1, event: i + 1, at: send + 3, earliest: send + 4 })
         );
     }
 
