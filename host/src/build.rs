@@ -137,6 +137,11 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             searched = Some(out);
         }
     }
+    if searched.is_none() && opts.search_state.is_some() {
+        tracing::warn!(
+            "--search-state applies to the grid search of single matmuls; this model's search (cast placement) is not resumable and keeps no state"
+        );
+    }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
     if opts.side_cast.is_none() && grid.is_none() && searched.is_none() && opts.search_attempts > 0 {
         if let Some(out) = phase("search_plan", &mut timings, || {

@@ -8,12 +8,14 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
     let (_, sections) = read_container(bytes).expect("validated by the caller");
     let mem = &pkg.plan.memory;
     let total = |f: fn(&ipu_schema::TileMemory) -> u32| mem.iter().map(|m| f(m) as u64).sum::<u64>();
+    let size = crate::profile::table::memory_total;
     let max_tile = mem
         .iter()
         .enumerate()
-        .max_by_key(|(i, m)| (m.code + m.tensors + m.descriptors + m.exchange + m.host, usize::MAX - i))
-        .map(|(i, m)| (i, m.code + m.tensors + m.descriptors + m.exchange + m.host))
+        .max_by_key(|(i, m)| (size(m), usize::MAX - i))
+        .map(|(i, m)| (i, size(m)))
         .unwrap_or((0, 0));
+    let samples = |p: &ipu_schema::ProfilePlan| p.tiles.iter().map(|t| t.samples.len()).sum::<usize>();
     if json {
         let v = serde_json::json!({
             "model": pkg.info.model,
@@ -22,7 +24,10 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
             "tiles_used": pkg.info.tiles_used,
             "predicted_cycles": pkg.plan.predicted_cycles,
             "memory_bytes": {"code": total(|m| m.code), "tensors": total(|m| m.tensors),
-                "descriptors": total(|m| m.descriptors), "exchange": total(|m| m.exchange), "host": total(|m| m.host)},
+                "descriptors": total(|m| m.descriptors), "exchange": total(|m| m.exchange), "host": total(|m| m.host),
+                "profile": total(|m| m.profile)},
+            "profile_plan": pkg.plan.profile.as_ref().map(|p| serde_json::json!({"phases": p.phases,
+                "kernels": p.kernels, "samples": samples(p)})),
             "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1},
             "sections": sections.iter().map(|(k, b)| serde_json::json!({"kind": k.name(), "bytes": b.len()})).collect::<Vec<_>>(),
             "bindings": pkg.bindings.iter().map(|b| serde_json::json!({"name": b.name, "dtype": b.dtype.name(),
@@ -39,13 +44,18 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
     );
     println!("predicted cycles per run call: {}", pkg.plan.predicted_cycles);
     println!(
-        "memory over all tiles (bytes): code={} tensors={} descriptors={} exchange={} host={}",
+        "memory over all tiles (bytes): code={} tensors={} descriptors={} exchange={} host={} profile={}",
         total(|m| m.code),
         total(|m| m.tensors),
         total(|m| m.descriptors),
         total(|m| m.exchange),
-        total(|m| m.host)
+        total(|m| m.host),
+        total(|m| m.profile)
     );
+    match &pkg.plan.profile {
+        Some(p) => println!("profile plan: {} samples, phases {}", samples(p), p.phases.join(", ")),
+        None => println!("profile plan: none (build with --profile to profile runs)"),
+    }
     println!("largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
     println!("sections:");
     for (k, b) in &sections {
