@@ -348,3 +348,28 @@ fn full_chip_report_stays_under_two_megabytes() {
     println!("full-chip report: {size} bytes for {} samples", p.sample_count());
     assert!(size < 2 * 1024 * 1024, "{size} bytes");
 }
+
+#[test]
+fn profile_errors_name_the_problem() {
+    let r = qk();
+    let dir = tempfile::tempdir().unwrap();
+    // An unprofiled package: `run --profile` says how to get a profile plan.
+    let plain = dir.path().join("plain.ipuexe");
+    ok(bin().arg("build").arg(repo().join("examples/qk.toml")).args(["--tiles", "8", "-o"]).arg(&plain));
+    let o = bin().arg("run").arg(&plain).arg("--profile").arg(dir.path().join("p.capnp")).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the package has no profile plan; rebuild it with `ipu-codegen build --profile`"),
+        "{err}"
+    );
+    assert!(!dir.path().join("p.capnp").exists());
+    // A truncated profile: refused with the file's name, exit 2.
+    let cut = dir.path().join("cut.capnp");
+    let bytes = std::fs::read(&r.profile).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let o = bin().arg("profile").arg(&cut).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cut.capnp: not a readable profile message"), "{err}");
+}
