@@ -171,9 +171,10 @@ k_scale_f16_done:
 ";
 
 /// Row softmax (docs/kernels.md). Descriptor, 32 bytes per worker: source row, source block jump,
-/// destination row, destination block jump, rows, N − 1, padding elements, destination block
-/// elements. Max, then the sum of exp(x − max), then exp(x − max) / sum, all in f32 in column
-/// order; padding columns of the destination are written as zeros.
+/// destination row, destination block jump, rows, G (groups of four values), T (tail values, 0..3),
+/// D (groups per destination block). Max, then the sum of exp(x − max), then exp(x − max) / sum,
+/// all in f32 and in column order. Whole groups are loaded and stored 64 bits at a time (a source
+/// block holds 4 groups, a destination block D); the last T values go one at a time.
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
@@ -192,47 +193,122 @@ k_softmax_f16:
     movam $a15, $m14
     setzi $m14, 0
     movam $a14, $m14
-    add $m14, $m10, $m10
+    shl $m14, $m10, 3
     brz $m2, sm_done
 sm_row:
     or $m11, $m3, $m15
-    setzi $m12, 16
-    or $m13, $m8, $m15
+    setzi $m12, 4
     f32add $a4, $a15, $a14
+    or $m13, $m8, $m15
+    brz $m13, sm_p1_tail
+    add $m13, $m13, -1
 sm_p1:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    add $m12, $m12, -1
+    brnz $m12, sm_p1_next
+    add $m11, $m11, $m5
+    setzi $m12, 4
+sm_p1_next:
+    brnzdec $m13, sm_p1
+sm_p1_tail:
+    or $m13, $m9, $m15
+    brz $m13, sm_p2_start
+sm_p1t:
     ldh16 $a0, $m11, $m15, 0
     f16v2tof32 $a2, $a0
     f32max $a4, $a4, $a2
     add $m11, $m11, 2
-    add $m12, $m12, -1
-    brnz $m12, sm_p1_next
-    add $m11, $m11, $m5
-    setzi $m12, 16
-sm_p1_next:
-    brnzdec $m13, sm_p1
+    add $m13, $m13, -1
+    brnz $m13, sm_p1t
+sm_p2_start:
     or $m11, $m3, $m15
-    setzi $m12, 16
-    or $m13, $m8, $m15
+    setzi $m12, 4
     f32add $a5, $a14, $a14
+    or $m13, $m8, $m15
+    brz $m13, sm_p2_tail
+    add $m13, $m13, -1
 sm_p2:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32add $a5, $a5, $a2
+    f32sub $a3, $a3, $a4
+    f32exp $a3, $a3
+    f32add $a5, $a5, $a3
+    f16v2tof32 $a2, $a1
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32add $a5, $a5, $a2
+    f32sub $a3, $a3, $a4
+    f32exp $a3, $a3
+    f32add $a5, $a5, $a3
+    add $m12, $m12, -1
+    brnz $m12, sm_p2_next
+    add $m11, $m11, $m5
+    setzi $m12, 4
+sm_p2_next:
+    brnzdec $m13, sm_p2
+sm_p2_tail:
+    or $m13, $m9, $m15
+    brz $m13, sm_p3_start
+sm_p2t:
     ldh16 $a0, $m11, $m15, 0
     f16v2tof32 $a2, $a0
     f32sub $a2, $a2, $a4
     f32exp $a2, $a2
     f32add $a5, $a5, $a2
     add $m11, $m11, 2
-    add $m12, $m12, -1
-    brnz $m12, sm_p2_next
-    add $m11, $m11, $m5
-    setzi $m12, 16
-sm_p2_next:
-    brnzdec $m13, sm_p2
+    add $m13, $m13, -1
+    brnz $m13, sm_p2t
+sm_p3_start:
     or $m11, $m3, $m15
-    setzi $m12, 16
-    or $m13, $m8, $m15
+    setzi $m12, 4
     or $m0, $m4, $m15
     or $m1, $m10, $m15
+    or $m13, $m8, $m15
+    brz $m13, sm_p3_tail
+    add $m13, $m13, -1
 sm_p3:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32div $a2, $a2, $a5
+    f32sub $a3, $a3, $a4
+    f32exp $a3, $a3
+    f32div $a3, $a3, $a5
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32sub $a2, $a2, $a4
+    f32exp $a2, $a2
+    f32div $a2, $a2, $a5
+    f32sub $a3, $a3, $a4
+    f32exp $a3, $a3
+    f32div $a3, $a3, $a5
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+    add $m12, $m12, -1
+    brnz $m12, sm_p3_src
+    add $m11, $m11, $m5
+    setzi $m12, 4
+sm_p3_src:
+    add $m1, $m1, -1
+    brnz $m1, sm_p3_next
+    add $m0, $m0, $m7
+    or $m1, $m10, $m15
+sm_p3_next:
+    brnzdec $m13, sm_p3
+sm_p3_tail:
+    or $m13, $m9, $m15
+    brz $m13, sm_row_end
+sm_p3t:
     ldh16 $a0, $m11, $m15, 0
     f16v2tof32 $a2, $a0
     f32sub $a2, $a2, $a4
@@ -240,26 +316,10 @@ sm_p3:
     f32div $a2, $a2, $a5
     f32v2tof16 $a6, $a2
     sth16 $a6, $m0, $m15, 0
-    add $m0, $m0, 2
-    add $m1, $m1, -1
-    brnz $m1, sm_p3_dst
-    add $m0, $m0, $m7
-    or $m1, $m10, $m15
-sm_p3_dst:
     add $m11, $m11, 2
-    add $m12, $m12, -1
-    brnz $m12, sm_p3_next
-    add $m11, $m11, $m5
-    setzi $m12, 16
-sm_p3_next:
-    brnzdec $m13, sm_p3
-    or $m13, $m9, $m15
-    brz $m13, sm_row_end
-sm_pad:
-    sth16 $a14, $m0, $m15, 0
     add $m0, $m0, 2
     add $m13, $m13, -1
-    brnz $m13, sm_pad
+    brnz $m13, sm_p3t
 sm_row_end:
     add $m3, $m3, 32
     add $m4, $m4, $m14

@@ -95,6 +95,22 @@ fn every_placement_is_exact_for_odd_shapes_and_tile_counts() {
 }
 
 #[test]
+fn two_side_casts_share_one_all_gather_and_p_is_cast_to_fp8() {
+    // K and V both cast to FP8 as matmul operands; P cast to FP8 too, so the softmax writes
+    // 32-value destination blocks.
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/attention_fp8_pv.toml")).unwrap();
+    let mut bytes = Vec::new();
+    for c in SideCast::ALL {
+        let m = measure(&src, 8, Some(c), 2);
+        bytes.push(m.exchange_bytes);
+        assert!(m.predicted.abs_diff(m.cycles) * 20 <= m.cycles, "{c:?}: {} vs {}", m.cycles, m.predicted);
+    }
+    // K8 and V8 (37×40 each, in 32×16 FP8 blocks: 2 × 3 blocks of 512 bytes per head, 2 heads).
+    assert_eq!(bytes, [0, 2 * 2 * 6 * 512, 2 * 2 * 2 * 6 * 512]);
+}
+
+#[test]
 fn casting_before_the_exchange_halves_its_bytes_and_wins_on_qk() {
     let src = example("qk");
     let rep = measure(&src, 64, Some(SideCast::Replicated), 2);

@@ -91,9 +91,14 @@ fn seed_attention_shape_on_64_tiles() {
 
 #[test]
 fn odd_attention_shapes_and_tile_counts() {
-    for (h, q, k, d, tiles) in
-        [(3, 5, 9, 40, 7), (2, 33, 20, 24, 16), (1, 17, 19, 72, 3), (4, 17, 19, 72, 1472)]
-    {
+    for (h, q, k, d, tiles) in [
+        (3, 5, 9, 40, 7),
+        (2, 33, 20, 24, 16),
+        (1, 17, 19, 72, 3),
+        (4, 17, 19, 72, 1472),
+        (1, 6, 3, 16, 2),
+        (2, 9, 100, 32, 8),
+    ] {
         let (_, _, err) = run(&attention(h, q, k, d, "f8e4m3", 0), tiles, None);
         assert!(err < 1e-2, "{h}x{q}x{k}x{d} on {tiles}: {err}");
     }

@@ -529,11 +529,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Sym(name(dst), (w0 * be * elt) as u32),
                                 Word::Const(((rows - 1) * be * elt) as u32),
                                 Word::Const((w1 - w0) as u32),
-                                Word::Const((n - 1) as u32),
-                                // Padding columns: already zero (the loader zero-fills every
-                                // buffer and no kernel writes them), so the clear is left out.
-                                Word::Const(0),
-                                Word::Const(be as u32),
+                                // Groups of four values, the tail, groups per destination
+                                // block. Padding columns are left alone: the loader zero-fills
+                                // every buffer and no kernel writes them.
+                                Word::Const((n / 4) as u32),
+                                Word::Const((n % 4) as u32),
+                                Word::Const((be / 4) as u32),
                             ]);
                             off += SCRATCH + (w1 - w0) * ROW;
                         }
@@ -543,7 +544,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             Kernel::SoftmaxF16,
                             format!("d{}", p.steps.len()),
                             words,
-                            cost::softmax_issues(max_rows, n, be, 0),
+                            cost::softmax_issues(max_rows, n, be),
                         );
                     }
                 }

@@ -66,16 +66,15 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
     }
 }
 
-/// Worker issues of the softmax kernel for `rows` rows of `n` values (`be` per destination block,
-/// `pad` zeroed columns): three passes over the row, block jumps every 16 source values.
-pub fn softmax_issues(rows: u64, n: u64, be: u64, pad: u64) -> u64 {
-    let jumps = n.saturating_sub(1) / 16;
-    let dst_jumps = n.saturating_sub(1) / be;
-    let p1 = 4 + 7 * n + 2 * jumps;
-    let p2 = 4 + 10 * n + 2 * jumps;
-    let p3 = 5 + 16 * n + 2 * jumps + 2 * dst_jumps;
-    let pad_cost = 2 + 4 * pad;
-    let per_row = p1 + p2 + p3 + pad_cost + 4;
+/// Worker issues of the softmax kernel for `rows` rows of `n` values into destination blocks of `be`
+/// values: per row three passes over `n / 4` groups of four (64-bit loads and stores; block jumps
+/// every 4 source groups and every `be / 4` destination groups) and `n % 4` single values.
+pub fn softmax_issues(rows: u64, n: u64, be: u64) -> u64 {
+    let (g, t) = (n / 4, n % 4);
+    let any = u64::from(g > 0);
+    // Heads of the three passes (5, 5, 6 plus the loop-count adjust), three tails' heads (2 each)
+    // and the row end (4); per group 10 + 22 + 31; per single value 6 + 9 + 13.
+    let per_row = 26 + 3 * any + 63 * g + 6 * (g / 4) + 2 * (g / (be / 4).max(1)) + 28 * t;
     17 + rows * per_row + 1
 }
 
