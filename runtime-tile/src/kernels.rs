@@ -148,24 +148,32 @@ const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
 const SCALE: &str = "
 .align 8
 k_scale_f16:
-    shl $m6, $m0, 4
+    shl $m6, $m0, 5
     add $m6, $m1, $m6
     ld32 $m3, $m6, $m15, 0
-    ld32 $m2, $m6, $m15, 4
+    ld32 $m4, $m6, $m15, 4
     lda32 $a6, $m6, $m15, 8
     lda32 $a7, $m6, $m15, 8
-    brz $m2, k_scale_f16_done
-    add $m2, $m2, -1
+    ld32 $m5, $m6, $m15, 12
+    ld32 $m7, $m6, $m15, 16
+    brz $m4, k_scale_f16_done
+    brz $m7, k_scale_f16_done
+k_scale_f16_block:
+    or $m8, $m3, $m15
+    add $m2, $m4, -1
 k_scale_f16_loop:
-    ld64 $a0, $m3, $m15, 0
+    ld64 $a0, $m8, $m15, 0
     f16v2tof32 $a2, $a0
     f16v2tof32 $a4, $a1
     f32v2mul $a2, $a2, $a6
     f32v2mul $a4, $a4, $a6
     f32v2tof16 $a0, $a2
     f32v2tof16 $a1, $a4
-    st64pi $a0, $m3, 8
+    st64pi $a0, $m8, 8
     brnzdec $m2, k_scale_f16_loop
+    add $m3, $m3, $m5
+    add $m7, $m7, -1
+    brnz $m7, k_scale_f16_block
 k_scale_f16_done:
     exit
 ";

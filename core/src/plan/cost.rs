@@ -54,15 +54,19 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
                 14 + 5 * chunks
             }
         }
-        // 7 up to brz; add; 9 per chunk; exit.
-        Kernel::ScaleF16 => {
-            if chunks == 0 {
-                8
-            } else {
-                9 + 9 * chunks
-            }
-        }
+        Kernel::ScaleF16 => scale_issues(chunks, 1),
         other => kernel_issues(other, chunks as u32),
+    }
+}
+
+/// Worker issues of the alpha kernel for `chunks` 8-byte chunks in each of `blocks` blocks:
+/// 8 loads and the shift up to the first `brz`; per block `or`, `add`, 9 per chunk, `add`, `add`,
+/// `brnz`; `exit`.
+pub fn scale_issues(chunks: u64, blocks: u64) -> u64 {
+    match (chunks, blocks) {
+        (0, _) => 10,
+        (_, 0) => 11,
+        _ => 10 + blocks * (5 + 9 * chunks) + 1,
     }
 }
 
