@@ -23,6 +23,8 @@ for m in examples/*.toml; do
 done
 "$exe" build examples/matmul.toml -o "$corpus/package/searched.ipuexe" --tiles 64 --search-attempts 3 \
   --search-state "$corpus/search_state/state.json" >/dev/null 2>&1
+"$exe" build examples/qk.toml -o "$corpus/package/qk-searched.ipuexe" --tiles 16 \
+  --search-state "$corpus/search_state/qk-state.json" >/dev/null 2>&1
 "$exe" build examples/qk.toml -o "$corpus/package/qk-profiled.ipuexe" --tiles 4 --profile >/dev/null 2>&1
 "$exe" run "$corpus/package/qk-profiled.ipuexe" --profile "$corpus/profile/qk.capnp" >/dev/null 2>&1
 cd fuzz

@@ -137,16 +137,14 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             searched = Some(out);
         }
     }
-    if searched.is_none() && opts.search_state.is_some() {
-        tracing::warn!(
-            "--search-state applies to the grid search of single matmuls; this model's search (cast placement) is not resumable and keeps no state"
-        );
-    }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
     if opts.side_cast.is_none() && grid.is_none() && searched.is_none() && opts.search_attempts > 0 {
+        let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
-            crate::search::cast_placement(&graph, opts.tiles, opts.search_attempts, &pool)
-        }) {
+            crate::search::cast_placement(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
+        })
+        .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?
+        {
             side_cast = out.side_cast;
             searched = Some(crate::search::Outcome {
                 grid: [0; 3],
@@ -154,6 +152,9 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
                 attempts: out.attempts,
             });
         }
+    }
+    if searched.is_none() && opts.search_state.is_some() {
+        tracing::warn!("--search-state: no search applies to this model, so no state is kept");
     }
     let plan_opts = PlanOptions { grid, profile: opts.profile, side_cast, ..PlanOptions::new(opts.tiles) };
     let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))

@@ -10,11 +10,15 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 use tracing::info;
 
-/// A grid and its predicted cycles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A candidate and its predicted cycles: a grid (matmul search) or a cast placement (row chains).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
-    /// `[tm, tn, tk]`.
-    pub grid: [u64; 3],
+    /// `[tm, tn, tk]` of the grid search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid: Option<[u64; 3]>,
+    /// Side-cast placement of the cast-placement search (`SideCast::name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
     /// Predicted cycles of a `run` call.
     pub cycles: u64,
 }
@@ -59,15 +63,88 @@ fn to_grid(g: Grid) -> [u64; 3] {
     [g.tm, g.tn, g.tk]
 }
 
+fn grid_point(g: Grid, cycles: u64) -> Point {
+    Point { grid: Some(to_grid(g)), placement: None, cycles }
+}
+
+/// A cast placement by name.
+fn placement(name: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
+    use ipu_core::plan::chain::SideCast;
+    SideCast::ALL
+        .iter()
+        .copied()
+        .find(|c| c.name() == name)
+        .ok_or_else(|| format!("unknown cast placement `{name}`"))
+}
+
+/// Load a state (if the file exists) for this model: format, digest, then `revalidate` must cost
+/// the incumbent exactly as saved.
+fn load_state(
+    path: Option<&Path>,
+    digest: &str,
+    revalidate: impl Fn(&Point) -> Result<u64, String>,
+) -> Result<Option<SearchState>, String> {
+    let Some(p) = path.filter(|p| p.exists()) else { return Ok(None) };
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let s = parse_state(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+    if s.digest != digest {
+        return Err(format!(
+            "{}: search state was saved for another model, target or compiler version; delete it or use another path",
+            p.display()
+        ));
+    }
+    let again = revalidate(&s.incumbent).map_err(|e| format!("{}: {e}", p.display()))?;
+    if again != s.incumbent.cycles {
+        return Err(format!(
+            "{}: incumbent re-costs to {again} cycles, state says {}",
+            p.display(),
+            s.incumbent.cycles
+        ));
+    }
+    info!(path = %p.display(), attempts = s.attempts, "loaded mid-plan search state");
+    info!(cycles = again, resuming = true, "validated search incumbent");
+    Ok(Some(s))
+}
+
+/// Save the state atomically (when a path is given).
+fn save_state(path: Option<&Path>, s: &SearchState) -> Result<(), String> {
+    if let Some(p) = path {
+        let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+        crate::atomic::write_atomic(p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
+        info!(path = %p.display(), attempts = s.attempts, bytes = text.len(), "saved mid-plan search state");
+    }
+    Ok(())
+}
+
+fn new_state(digest: String, baseline: Point) -> SearchState {
+    SearchState {
+        format: "ipu-codegen-search-state".into(),
+        version: 1,
+        digest,
+        attempts: 0,
+        baseline: baseline.clone(),
+        incumbent: baseline,
+    }
+}
+
 /// Parse and check a search state (untrusted text): format, version and grid values.
 pub fn parse_state(text: &str) -> Result<SearchState, String> {
     let s: SearchState = serde_json::from_str(text).map_err(|e| format!("not a search state: {e}"))?;
     if s.format != "ipu-codegen-search-state" || s.version != 1 {
         return Err(format!("unknown search state format {} v{}", s.format, s.version));
     }
-    for p in [s.baseline, s.incumbent] {
-        if p.grid.iter().any(|d| *d == 0 || *d > ipu_core::target::NUM_TILES as u64) {
-            return Err(format!("grid {:?} out of range", p.grid));
+    let grid_search = s.baseline.grid.is_some();
+    for p in [&s.baseline, &s.incumbent] {
+        match (&p.grid, &p.placement) {
+            (Some(g), None) if grid_search => {
+                if g.iter().any(|d| *d == 0 || *d > ipu_core::target::NUM_TILES as u64) {
+                    return Err(format!("grid {g:?} out of range"));
+                }
+            }
+            (None, Some(name)) if !grid_search => {
+                placement(name)?;
+            }
+            _ => return Err("each point needs a grid or a cast placement, the same kind in both".into()),
         }
     }
     Ok(s)
@@ -107,50 +184,15 @@ pub fn run(
     };
     let eval = |g: Grid| search::evaluate(mm, g, tiles).map(|(c, _)| c).map_err(|e| e.to_string());
     let digest = digest(src, tiles);
-    let mut state = match state_path.filter(|p| p.exists()) {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            let s = parse_state(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-            if s.digest != digest {
-                return Err(format!(
-                    "{}: search state was saved for another model, target or compiler version; delete it or use another path",
-                    p.display()
-                ));
-            }
-            let g = Grid { tm: s.incumbent.grid[0], tn: s.incumbent.grid[1], tk: s.incumbent.grid[2] };
-            let again = eval(g)?;
-            if again != s.incumbent.cycles {
-                return Err(format!(
-                    "{}: incumbent re-costs to {again} cycles, state says {}",
-                    p.display(),
-                    s.incumbent.cycles
-                ));
-            }
-            info!(path = %p.display(), attempts = s.attempts, "loaded mid-plan search state");
-            info!(cycles = again, resuming = true, "validated search incumbent");
-            s
-        }
-        None => {
-            let c = eval(first)?;
-            let p = Point { grid: to_grid(first), cycles: c };
-            SearchState {
-                format: "ipu-codegen-search-state".into(),
-                version: 1,
-                digest,
-                attempts: 0,
-                baseline: p,
-                incumbent: p,
-            }
-        }
+    let revalidate = |p: &Point| match p.grid {
+        Some([tm, tn, tk]) => eval(Grid { tm, tn, tk }),
+        None => Err("the state is for a cast-placement search, not a grid search".into()),
     };
-    let save = |s: &SearchState| -> Result<(), String> {
-        if let Some(p) = state_path {
-            let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
-            crate::atomic::write_atomic(p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
-            info!(path = %p.display(), attempts = s.attempts, bytes = text.len(), "saved mid-plan search state");
-        }
-        Ok(())
+    let mut state = match load_state(state_path, &digest, revalidate)? {
+        Some(s) => s,
+        None => new_state(digest, grid_point(first, eval(first)?)),
     };
+    let save = |s: &SearchState| save_state(state_path, s);
     let end = (attempts as usize).min(screened.len().saturating_sub(1));
     let start = state.attempts as usize;
     let batch = pool.current_num_threads().max(1);
@@ -173,14 +215,15 @@ pub fn run(
                     pressure = pr,
                     "accepted local layout improvement"
                 );
-                state.incumbent = Point { grid: to_grid(g), cycles };
+                state.incumbent = grid_point(g, cycles);
                 save(&state)?;
             }
         }
         next = upto;
     }
-    let inc = state.incumbent;
-    let inc_pressure = screened.iter().find(|(g, _, _)| to_grid(*g) == inc.grid).map(|x| x.2).unwrap_or(0);
+    let inc = state.incumbent.clone();
+    let inc_grid = inc.grid.unwrap_or([1, 1, 1]);
+    let inc_pressure = screened.iter().find(|(g, _, _)| to_grid(*g) == inc_grid).map(|x| x.2).unwrap_or(0);
     info!(
         candidates = screened.len(),
         baseline_cycles = state.baseline.cycles,
@@ -191,7 +234,7 @@ pub fn run(
     );
     save(&state)?;
     Ok(Some(Outcome {
-        grid: [inc.grid[0] as u32, inc.grid[1] as u32, inc.grid[2] as u32],
+        grid: [inc_grid[0] as u32, inc_grid[1] as u32, inc_grid[2] as u32],
         baseline_cycles: state.baseline.cycles,
         attempts: state.attempts,
     }))
@@ -211,14 +254,17 @@ pub struct CastOutcome {
 /// Local search over where the casts of matmul side operands run (docs/search.md): the baseline
 /// replicates them on every tile; the candidates cast a share on each tile before, or after, an
 /// all-gather over the exchange. Candidates are planned and costed concurrently and accepted in
-/// their fixed order, so the choice does not depend on the thread count. `None` when the graph has
-/// no such cast (or the baseline cannot be planned: the build reports that itself).
+/// their fixed order, so the choice does not depend on the thread count; the state is saved and
+/// resumed as for the grid search. `Ok(None)` when the graph has no such cast (or the baseline
+/// cannot be planned: the build reports that itself).
 pub fn cast_placement(
     g: &Graph,
+    src: &str,
     tiles: usize,
     attempts: u32,
+    state_path: Option<&Path>,
     pool: &rayon::ThreadPool,
-) -> Option<CastOutcome> {
+) -> Result<Option<CastOutcome>, String> {
     use ipu_core::plan::{chain::SideCast, plan, PlanOptions};
     let sides: Vec<usize> = (0..g.ops.len())
         .filter(|&i| {
@@ -227,24 +273,36 @@ pub fn cast_placement(
         })
         .collect();
     if sides.is_empty() {
-        return None;
+        return Ok(None);
     }
     let cost = |c: SideCast| plan(g, PlanOptions { side_cast: c, ..PlanOptions::new(tiles) });
-    let base = cost(SideCast::Replicated).ok()?;
+    let Ok(base) = cost(SideCast::Replicated) else { return Ok(None) };
+    let point = |c: SideCast, cycles: u64| Point { grid: None, placement: Some(c.name().into()), cycles };
+    let revalidate = |p: &Point| match &p.placement {
+        Some(name) => cost(placement(name)?).map(|p| p.cost.cycles).map_err(|e| e.to_string()),
+        None => Err("the state is for a grid search, not a cast-placement search".into()),
+    };
+    let digest = digest(src, tiles);
+    let mut state = match load_state(state_path, &digest, revalidate)? {
+        Some(s) => s,
+        None => new_state(digest, point(SideCast::Replicated, base.cost.cycles)),
+    };
     let candidates: Vec<SideCast> = SideCast::ALL
         .iter()
         .copied()
         .filter(|&c| c != SideCast::Replicated)
         .take(attempts as usize)
         .collect();
-    let evaluated: Vec<_> = pool.install(|| candidates.par_iter().map(|&c| (c, cost(c))).collect());
+    let start = (state.attempts as usize).min(candidates.len());
+    let evaluated: Vec<_> = pool.install(|| candidates[start..].par_iter().map(|&c| (c, cost(c))).collect());
     let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
-    let (mut best, mut best_cycles) = (SideCast::Replicated, base.cost.cycles);
-    for (attempt, (c, p)) in evaluated.iter().enumerate() {
+    for (i, (c, p)) in evaluated.iter().enumerate() {
+        let attempt = start + i + 1;
+        state.attempts = attempt as u32;
         match p {
             Ok(p) => {
                 info!(
-                    attempt = attempt + 1,
+                    attempt,
                     casts = ?names,
                     placement = c.name(),
                     cycles = p.cost.cycles,
@@ -252,35 +310,40 @@ pub fn cast_placement(
                     exchange_bytes = p.exchange_bytes,
                     "evaluated cast placement candidate"
                 );
-                if p.cost.cycles < best_cycles {
+                if p.cost.cycles < state.incumbent.cycles {
                     info!(
-                        attempt = attempt + 1,
-                        before = best_cycles,
+                        attempt,
+                        before = state.incumbent.cycles,
                         after = p.cost.cycles,
                         changed_casts = ?names,
                         placement = c.name(),
                         "accepted local layout improvement"
                     );
-                    (best, best_cycles) = (*c, p.cost.cycles);
+                    state.incumbent = point(*c, p.cost.cycles);
+                    save_state(state_path, &state)?;
                 }
             }
             Err(e) => {
-                info!(attempt = attempt + 1, placement = c.name(), error = %e, "cast placement candidate not plannable")
+                info!(attempt, placement = c.name(), error = %e, "cast placement candidate not plannable")
             }
         }
     }
+    save_state(state_path, &state)?;
     // The seed's "cast order" figure: bytes the exchange moves with each cast before vs after it.
-    let bytes = |c: SideCast| {
-        evaluated.iter().find(|(x, _)| *x == c).and_then(|(_, p)| p.as_ref().ok()).map(|p| p.exchange_bytes)
-    };
+    let bytes = |c: SideCast| cost(c).ok().map(|p| p.exchange_bytes);
+    let best = placement(state.incumbent.placement.as_deref().unwrap_or("replicated"))?;
     info!(
         casts = ?names,
         exchange_bytes_cast_before = ?bytes(SideCast::BeforeExchange),
         exchange_bytes_cast_after = ?bytes(SideCast::AfterExchange),
-        replicated_cycles = base.cost.cycles,
+        replicated_cycles = state.baseline.cycles,
         chosen = best.name(),
-        cycles = best_cycles,
+        cycles = state.incumbent.cycles,
         "compared cast placement relative to the exchange"
     );
-    Some(CastOutcome { side_cast: best, baseline_cycles: base.cost.cycles, attempts: evaluated.len() as u32 })
+    Ok(Some(CastOutcome {
+        side_cast: best,
+        baseline_cycles: state.baseline.cycles,
+        attempts: state.attempts,
+    }))
 }

@@ -121,7 +121,16 @@ fn search_state_loader() {
         ..ipu_host::build::BuildOptions::new(64)
     };
     ipu_host::build::build("m.toml", &src, &opts).unwrap();
-    run("search_state", fuzz::search_state, &[std::fs::read(&state).unwrap()], 5000);
+    // And a cast-placement state (Q·Kᵀ).
+    let cast_state = d.path().join("c.json");
+    let qk = String::from_utf8(examples()[2].clone()).unwrap();
+    let opts = ipu_host::build::BuildOptions {
+        search_state: Some(cast_state.clone()),
+        ..ipu_host::build::BuildOptions::new(16)
+    };
+    ipu_host::build::build("qk.toml", &qk, &opts).unwrap();
+    let seeds = [std::fs::read(&state).unwrap(), std::fs::read(&cast_state).unwrap()];
+    run("search_state", fuzz::search_state, &seeds, 5000);
 }
 
 #[test]

@@ -61,3 +61,36 @@ fn resuming_a_saved_state_gives_the_uninterrupted_package() {
     let e = build("m.toml", &example(), &opts(2, 16, Some(state))).unwrap_err().to_string();
     assert!(e.contains("not a search state"), "{e}");
 }
+
+#[test]
+fn cast_placement_search_resumes_from_its_saved_state() {
+    let qk = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/qk.toml")).unwrap();
+    let o = |attempts, state: Option<std::path::PathBuf>| BuildOptions {
+        threads: 2,
+        search_attempts: attempts,
+        search_state: state,
+        ..BuildOptions::new(64)
+    };
+    let d = tempfile::tempdir().unwrap();
+    let full = build("qk.toml", &qk, &o(16, None)).unwrap();
+    // Interrupted after the first candidate (cast before the exchange, an improvement).
+    let state = d.path().join("qk-state.json");
+    build("qk.toml", &qk, &o(1, Some(state.clone()))).unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["attempts"], 1);
+    assert_eq!(saved["baseline"]["placement"], "replicated");
+    assert_eq!(saved["incumbent"]["placement"], "before_exchange");
+    assert!(saved["incumbent"]["cycles"].as_u64() < saved["baseline"]["cycles"].as_u64());
+    let resumed = build("qk.toml", &qk, &o(16, Some(state.clone()))).unwrap();
+    assert!(resumed.bytes == full.bytes, "resumed search built a different package");
+    assert_eq!(resumed.package.plan.search_attempts, 2);
+    // The grid search refuses a cast-placement state for its model (digest differs) and a state
+    // whose incumbent no longer costs what it says is refused.
+    let mut tampered = saved.clone();
+    tampered["incumbent"]["cycles"] = serde_json::json!(1);
+    std::fs::write(&state, tampered.to_string()).unwrap();
+    let e = build("qk.toml", &qk, &o(16, Some(state.clone()))).unwrap_err().to_string();
+    assert!(e.contains("incumbent re-costs to"), "{e}");
+    let e = build("m.toml", &example(), &opts(2, 16, Some(state))).unwrap_err().to_string();
+    assert!(e.contains("search state was saved for another model"), "{e}");
+}
