@@ -31,6 +31,8 @@ pub struct BuildOptions {
     pub profile: bool,
     /// Force the placement of side-operand casts (row chains); `None`: the search chooses.
     pub side_cast: Option<SideCast>,
+    /// Force the column groups of a row chain's final matmul; `None`: the search chooses.
+    pub column_groups: Option<u32>,
 }
 
 impl BuildOptions {
@@ -44,6 +46,7 @@ impl BuildOptions {
             search_state: None,
             profile: false,
             side_cast: None,
+            column_groups: None,
         }
     }
 }
@@ -138,7 +141,13 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         }
     }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
-    if opts.side_cast.is_none() && grid.is_none() && searched.is_none() && opts.search_attempts > 0 {
+    let mut column_groups = opts.column_groups.unwrap_or(1);
+    if opts.side_cast.is_none()
+        && opts.column_groups.is_none()
+        && grid.is_none()
+        && searched.is_none()
+        && opts.search_attempts > 0
+    {
         let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
             crate::search::cast_placement(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
@@ -146,6 +155,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?
         {
             side_cast = out.side_cast;
+            column_groups = out.column_groups;
             searched = Some(crate::search::Outcome {
                 grid: [0; 3],
                 baseline_cycles: out.baseline_cycles,
@@ -156,7 +166,8 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     if searched.is_none() && opts.search_state.is_some() {
         tracing::warn!("--search-state: no search applies to this model, so no state is kept");
     }
-    let plan_opts = PlanOptions { grid, profile: opts.profile, side_cast, ..PlanOptions::new(opts.tiles) };
+    let plan_opts =
+        PlanOptions { grid, profile: opts.profile, side_cast, column_groups, ..PlanOptions::new(opts.tiles) };
     let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
         .map_err(|err| BuildError::Plan { file: file.into(), err })?;
     for m in &plan.mapping {

@@ -99,6 +99,9 @@ enum Cmd {
         /// before_exchange or after_exchange (docs/search.md).
         #[arg(long, value_parser = parse_side_cast)]
         side_cast: Option<ipu_core::plan::chain::SideCast>,
+        /// Force the column groups of a row chain's final matmul instead of searching (docs/search.md).
+        #[arg(long)]
+        column_groups: Option<u32>,
     },
     /// Show where the cycles of a profile go, as tables.
     Profile {
@@ -340,6 +343,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             search_state,
             profile,
             side_cast,
+            column_groups,
         } => {
             let src = read_text(&model)?;
             let opts = BuildOptions {
@@ -350,6 +354,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 search_state,
                 profile,
                 side_cast,
+                column_groups,
             };
             let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
             if timings {

@@ -16,9 +16,12 @@ pub struct Point {
     /// `[tm, tn, tk]` of the grid search.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grid: Option<[u64; 3]>,
-    /// Side-cast placement of the cast-placement search (`SideCast::name`).
+    /// Side-cast placement of the row-chain search (`SideCast::name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<String>,
+    /// Column groups of the row-chain search (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column_groups: Option<u32>,
     /// Predicted cycles of a `run` call.
     pub cycles: u64,
 }
@@ -64,7 +67,7 @@ fn to_grid(g: Grid) -> [u64; 3] {
 }
 
 fn grid_point(g: Grid, cycles: u64) -> Point {
-    Point { grid: Some(to_grid(g)), placement: None, cycles }
+    Point { grid: Some(to_grid(g)), placement: None, column_groups: None, cycles }
 }
 
 /// A cast placement by name.
@@ -143,6 +146,9 @@ pub fn parse_state(text: &str) -> Result<SearchState, String> {
             }
             (None, Some(name)) if !grid_search => {
                 placement(name)?;
+                if p.column_groups.is_some_and(|g| g < 2 || g as usize > ipu_core::target::NUM_TILES) {
+                    return Err(format!("column groups {:?} out of range", p.column_groups));
+                }
             }
             _ => return Err("each point needs a grid or a cast placement, the same kind in both".into()),
         }
@@ -245,18 +251,20 @@ pub fn run(
 pub struct CastOutcome {
     /// Placement to build.
     pub side_cast: ipu_core::plan::chain::SideCast,
+    /// Column groups to build.
+    pub column_groups: u32,
     /// Predicted cycles of the baseline (`Replicated`).
     pub baseline_cycles: u64,
     /// Candidates evaluated beyond the baseline.
     pub attempts: u32,
 }
 
-/// Local search over where the casts of matmul side operands run (docs/search.md): the baseline
-/// replicates them on every tile; the candidates cast a share on each tile before, or after, an
-/// all-gather over the exchange. Candidates are planned and costed concurrently and accepted in
-/// their fixed order, so the choice does not depend on the thread count; the state is saved and
-/// resumed as for the grid search. `Ok(None)` when the graph has no such cast (or the baseline
-/// cannot be planned: the build reports that itself).
+/// Local search over the layout of a row chain (docs/search.md): where the casts of matmul side
+/// operands run (replicated on every tile — the baseline —, or a share cast on each tile before or
+/// after an all-gather), and into how many column groups the final matmul is split. Candidates
+/// are planned and costed concurrently and accepted in their fixed order, so the choice does not
+/// depend on the thread count; the state is saved and resumed as for the grid search. `Ok(None)`
+/// when neither applies (or the baseline cannot be planned: the build reports that itself).
 pub fn cast_placement(
     g: &Graph,
     src: &str,
@@ -272,31 +280,45 @@ pub fn cast_placement(
                 && g.ops.iter().any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[i].output))
         })
         .collect();
-    if sides.is_empty() {
+    let groups: Vec<u32> = (1..=11)
+        .map(|e| 1u32 << e)
+        .take_while(|&n| n as usize <= tiles)
+        .filter(|&n| ipu_core::plan::columns::split(g, n as u64).is_ok())
+        .collect();
+    if sides.is_empty() && groups.is_empty() {
         return Ok(None);
     }
-    let cost = |c: SideCast| plan(g, PlanOptions { side_cast: c, ..PlanOptions::new(tiles) });
-    let Ok(base) = cost(SideCast::Replicated) else { return Ok(None) };
-    let point = |c: SideCast, cycles: u64| Point { grid: None, placement: Some(c.name().into()), cycles };
-    let revalidate = |p: &Point| match &p.placement {
-        Some(name) => cost(placement(name)?).map(|p| p.cost.cycles).map_err(|e| e.to_string()),
-        None => Err("the state is for a grid search, not a cast-placement search".into()),
+    let placements: &[SideCast] = if sides.is_empty() { &[SideCast::Replicated] } else { &SideCast::ALL };
+    let cost = |(n, c): (u32, SideCast)| {
+        plan(g, PlanOptions { side_cast: c, column_groups: n, ..PlanOptions::new(tiles) })
     };
+    let Ok(base) = cost((1, SideCast::Replicated)) else { return Ok(None) };
+    let point = |(n, c): (u32, SideCast), cycles: u64| Point {
+        grid: None,
+        placement: Some(c.name().into()),
+        column_groups: (n > 1).then_some(n),
+        cycles,
+    };
+    let of = |p: &Point| -> Result<(u32, SideCast), String> {
+        let name = p.placement.as_deref().ok_or("the state is for a grid search, not a row-chain search")?;
+        Ok((p.column_groups.unwrap_or(1), placement(name)?))
+    };
+    let revalidate = |p: &Point| cost(of(p)?).map(|p| p.cost.cycles).map_err(|e| e.to_string());
     let digest = digest(src, tiles);
     let mut state = match load_state(state_path, &digest, revalidate)? {
         Some(s) => s,
-        None => new_state(digest, point(SideCast::Replicated, base.cost.cycles)),
+        None => new_state(digest, point((1, SideCast::Replicated), base.cost.cycles)),
     };
-    let candidates: Vec<SideCast> = SideCast::ALL
-        .iter()
-        .copied()
-        .filter(|&c| c != SideCast::Replicated)
+    let candidates: Vec<(u32, SideCast)> = core::iter::once(1)
+        .chain(groups.iter().copied())
+        .flat_map(|n| placements.iter().map(move |&c| (n, c)))
+        .filter(|&x| x != (1, SideCast::Replicated))
         .take(attempts as usize)
         .collect();
     let start = (state.attempts as usize).min(candidates.len());
-    let evaluated: Vec<_> = pool.install(|| candidates[start..].par_iter().map(|&c| (c, cost(c))).collect());
+    let evaluated: Vec<_> = pool.install(|| candidates[start..].par_iter().map(|&x| (x, cost(x))).collect());
     let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
-    for (i, (c, p)) in evaluated.iter().enumerate() {
+    for (i, (x, p)) in evaluated.iter().enumerate() {
         let attempt = start + i + 1;
         state.attempts = attempt as u32;
         match p {
@@ -304,11 +326,12 @@ pub fn cast_placement(
                 info!(
                     attempt,
                     casts = ?names,
-                    placement = c.name(),
+                    placement = x.1.name(),
+                    column_groups = x.0,
                     cycles = p.cost.cycles,
                     exchange_cycles = p.cost.exchange,
                     exchange_bytes = p.exchange_bytes,
-                    "evaluated cast placement candidate"
+                    "evaluated local layout candidate"
                 );
                 if p.cost.cycles < state.incumbent.cycles {
                     info!(
@@ -316,33 +339,39 @@ pub fn cast_placement(
                         before = state.incumbent.cycles,
                         after = p.cost.cycles,
                         changed_casts = ?names,
-                        placement = c.name(),
+                        placement = x.1.name(),
+                        column_groups = x.0,
                         "accepted local layout improvement"
                     );
-                    state.incumbent = point(*c, p.cost.cycles);
+                    state.incumbent = point(*x, p.cost.cycles);
                     save_state(state_path, &state)?;
                 }
             }
             Err(e) => {
-                info!(attempt, placement = c.name(), error = %e, "cast placement candidate not plannable")
+                info!(attempt, placement = x.1.name(), column_groups = x.0, error = %e, "local layout candidate not plannable")
             }
         }
     }
     save_state(state_path, &state)?;
-    // The seed's "cast order" figure: bytes the exchange moves with each cast before vs after it.
-    let bytes = |c: SideCast| cost(c).ok().map(|p| p.exchange_bytes);
-    let best = placement(state.incumbent.placement.as_deref().unwrap_or("replicated"))?;
-    info!(
-        casts = ?names,
-        exchange_bytes_cast_before = ?bytes(SideCast::BeforeExchange),
-        exchange_bytes_cast_after = ?bytes(SideCast::AfterExchange),
-        replicated_cycles = state.baseline.cycles,
-        chosen = best.name(),
-        cycles = state.incumbent.cycles,
-        "compared cast placement relative to the exchange"
-    );
+    let best = of(&state.incumbent)?;
+    if !sides.is_empty() {
+        // The seed's "cast order" figure: bytes the exchange moves with each cast before vs after it
+        // (at the chosen column groups).
+        let bytes = |c: SideCast| cost((best.0, c)).ok().map(|p| p.exchange_bytes);
+        info!(
+            casts = ?names,
+            column_groups = best.0,
+            exchange_bytes_cast_before = ?bytes(SideCast::BeforeExchange),
+            exchange_bytes_cast_after = ?bytes(SideCast::AfterExchange),
+            replicated_cycles = state.baseline.cycles,
+            chosen = best.1.name(),
+            cycles = state.incumbent.cycles,
+            "compared cast placement relative to the exchange"
+        );
+    }
     Ok(Some(CastOutcome {
-        side_cast: best,
+        side_cast: best.1,
+        column_groups: best.0,
         baseline_cycles: state.baseline.cycles,
         attempts: state.attempts,
     }))

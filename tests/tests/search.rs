@@ -83,7 +83,7 @@ fn cast_placement_search_resumes_from_its_saved_state() {
     assert!(saved["incumbent"]["cycles"].as_u64() < saved["baseline"]["cycles"].as_u64());
     let resumed = build("qk.toml", &qk, &o(16, Some(state.clone()))).unwrap();
     assert!(resumed.bytes == full.bytes, "resumed search built a different package");
-    assert_eq!(resumed.package.plan.search_attempts, 2);
+    assert_eq!(resumed.package.plan.search_attempts, 16);
     // The grid search refuses a cast-placement state for its model (digest differs) and a state
     // whose incumbent no longer costs what it says is refused.
     let mut tampered = saved.clone();

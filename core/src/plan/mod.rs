@@ -3,6 +3,7 @@
 //! `ipu-runtime-tile` turns the steps into code.
 
 pub mod chain;
+pub mod columns;
 pub mod cost;
 pub mod exchange;
 pub mod matmul;
@@ -212,12 +213,20 @@ pub struct PlanOptions {
     pub profile: bool,
     /// Where casts of matmul side operands run relative to the exchange (row chains).
     pub side_cast: chain::SideCast,
+    /// Groups of result columns a row chain's final matmul is split into (1: none; `columns.rs`).
+    pub column_groups: u32,
 }
 
 impl PlanOptions {
     /// Plain options for `tiles` tiles: grid chosen by the planner, no profile.
     pub fn new(tiles: usize) -> Self {
-        PlanOptions { tiles, grid: None, profile: false, side_cast: chain::SideCast::Replicated }
+        PlanOptions {
+            tiles,
+            grid: None,
+            profile: false,
+            side_cast: chain::SideCast::Replicated,
+            column_groups: 1,
+        }
     }
 }
 
@@ -239,7 +248,19 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha: None, .. }
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16);
-    let mut plan = if simple { plan_matmul(graph, opts)? } else { chain::plan(graph, opts)? };
+    let mut plan = if simple {
+        plan_matmul(graph, opts)?
+    } else if opts.column_groups > 1 {
+        let (split, how) = columns::split(graph, opts.column_groups as u64)?;
+        let mut plan = chain::plan(&split, opts)?;
+        columns::remap(&mut plan, graph, &how);
+        for m in plan.mapping.iter_mut() {
+            m.push_str(&alloc::format!(", {} column groups", opts.column_groups));
+        }
+        plan
+    } else {
+        chain::plan(graph, opts)?
+    };
     if opts.profile {
         plan.profile = Some(profile::instrument(&mut plan.tiles));
         plan.cost = cost::predict(&plan.tiles, &plan.horizons);
