@@ -2,6 +2,7 @@
 //! The plan is symbolic (buffer names, not addresses): `ipu-linker` places the buffers and
 //! `ipu-runtime-tile` turns the steps into code.
 
+mod casts;
 pub mod chain;
 pub mod columns;
 pub mod cost;
