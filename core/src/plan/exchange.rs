@@ -205,6 +205,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
         // Per tile: the first cycle its supervisor is free, and the cycle after its last landing.
         let mut busy: BTreeMap<u16, u64> = tiles.iter().map(|&t| (t, 2)).collect();
         let mut landed: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut expected: BTreeMap<u16, u32> = BTreeMap::new();
         let mut send_end = 0u64;
         for p in pieces.iter().filter(|p| p.words > 0) {
             let rx: Vec<u16> = tiles.iter().copied().filter(|&t| t != p.sender).collect();
@@ -235,6 +236,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
                 ev.push(Event::Mux { at: arrive, source: p.sender });
                 busy.insert(r, arrive + 1);
                 landed.insert(r, arrive + w);
+                *expected.entry(r).or_insert(0) += p.words;
                 transfers.push(Transfer {
                     sender: p.sender,
                     receiver: r,
@@ -248,7 +250,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
         }
         for &t in tiles {
             let Some(evs) = s.events.get_mut(&t) else { continue };
-            let words: u32 = transfers.iter().filter(|x| x.receiver == t).map(|x| x.words).sum();
+            let words = expected.get(&t).copied().unwrap_or(0);
             if words > 0 {
                 evs.insert(0, Event::Expect(words));
                 // Park the mux once the last word has landed (and after the tile's own events).
