@@ -349,17 +349,18 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
     for t in transfers {
         let stream = streams.get(&t.sender).unwrap_or(&empty);
         let lat = latency(t.sender, t.receiver) as u64;
-        let mine: Vec<u64> = stream
-            .iter()
-            .filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words)
-            .map(|w| w.0)
-            .collect();
-        if mine.len() != t.words as usize {
+        let mine = || {
+            stream
+                .iter()
+                .filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words)
+                .map(|w| w.0)
+        };
+        if mine().count() != t.words as usize {
             return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
         }
         let mux = muxes.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
         let ptr = ptrs.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
-        for (i, sent) in mine.iter().enumerate() {
+        for (i, sent) in mine().enumerate() {
             let arrival = sent + lat;
             let bad = ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: i as u32 };
             let m = mux.partition_point(|x| x.0 <= arrival);
