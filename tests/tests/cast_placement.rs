@@ -190,6 +190,17 @@ fn column_groups_are_exact_for_every_layout() {
             }
         }
     }
+    // An f16 Q·Kᵀ with alpha and no casts at all.
+    let f16 =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/qk_f16_alpha.toml")).unwrap();
+    for g in [1, 2, 4, 8] {
+        let m = measure_groups(&f16, 16, Some(SideCast::Replicated), Some(g), 2);
+        report.push_str(&format!(
+            "f16 with alpha, 16 tiles, {g} groups: {} cycles (predicted {})\n",
+            m.cycles, m.predicted
+        ));
+        assert!(m.predicted.abs_diff(m.cycles) * 20 <= m.cycles, "{report}");
+    }
     println!("{report}");
 }
 
