@@ -150,7 +150,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     {
         let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
-            crate::search::cast_placement(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
+            crate::search::chain_layout(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
         })
         .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?
         {

@@ -246,9 +246,9 @@ pub fn run(
     }))
 }
 
-/// What the cast-placement search chose.
+/// What the row-chain layout search chose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CastOutcome {
+pub struct LayoutOutcome {
     /// Placement to build.
     pub side_cast: ipu_core::plan::chain::SideCast,
     /// Column groups to build.
@@ -265,14 +265,14 @@ pub struct CastOutcome {
 /// are planned and costed concurrently and accepted in their fixed order, so the choice does not
 /// depend on the thread count; the state is saved and resumed as for the grid search. `Ok(None)`
 /// when neither applies (or the baseline cannot be planned: the build reports that itself).
-pub fn cast_placement(
+pub fn chain_layout(
     g: &Graph,
     src: &str,
     tiles: usize,
     attempts: u32,
     state_path: Option<&Path>,
     pool: &rayon::ThreadPool,
-) -> Result<Option<CastOutcome>, String> {
+) -> Result<Option<LayoutOutcome>, String> {
     use ipu_core::plan::{chain::SideCast, plan, PlanOptions};
     let sides: Vec<usize> = (0..g.ops.len())
         .filter(|&i| {
@@ -369,7 +369,7 @@ pub fn cast_placement(
             "compared cast placement relative to the exchange"
         );
     }
-    Ok(Some(CastOutcome {
+    Ok(Some(LayoutOutcome {
         side_cast: best.1,
         column_groups: best.0,
         baseline_cycles: state.baseline.cycles,
