@@ -122,7 +122,8 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     let plan_start = Instant::now();
     let og = outer.enter();
     let mut grid = opts.grid;
-    let mut searched = None;
+    // Baseline cycles and attempts of whichever search ran.
+    let mut searched: Option<(u64, u32)> = None;
     if let (None, Some(mm)) = (grid, crate::search::searchable(&graph)) {
         let out = phase("search_plan", &mut timings, || {
             crate::search::run(
@@ -137,7 +138,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?;
         if let Some(out) = out {
             grid = Some(out.grid);
-            searched = Some(out);
+            searched = Some((out.baseline_cycles, out.attempts));
         }
     }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
@@ -156,11 +157,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         {
             side_cast = out.side_cast;
             column_groups = out.column_groups;
-            searched = Some(crate::search::Outcome {
-                grid: [0; 3],
-                baseline_cycles: out.baseline_cycles,
-                attempts: out.attempts,
-            });
+            searched = Some((out.baseline_cycles, out.attempts));
         }
     }
     if searched.is_none() && opts.search_state.is_some() {
@@ -247,8 +244,8 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         plan: PlanSummary {
             predicted_cycles: plan.cost.cycles,
             predicted_exchange_cycles: plan.cost.exchange,
-            baseline_cycles: searched.map(|o| o.baseline_cycles).unwrap_or(plan.cost.cycles),
-            search_attempts: searched.map(|o| o.attempts).unwrap_or(0),
+            baseline_cycles: searched.map(|s| s.0).unwrap_or(plan.cost.cycles),
+            search_attempts: searched.map(|s| s.1).unwrap_or(0),
             memory: linked.iter().map(|l| l.memory).collect(),
             grids: plan.grids.clone(),
             profile: plan.profile.as_ref().map(|p| {

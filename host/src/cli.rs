@@ -185,10 +185,7 @@ enum Cmd {
 
 fn parse_side_cast(s: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
     use ipu_core::plan::chain::SideCast;
-    SideCast::ALL
-        .iter()
-        .copied()
-        .find(|c| c.name() == s)
+    SideCast::from_name(s)
         .ok_or_else(|| format!("expected one of {}", SideCast::ALL.map(|c| c.name()).join(", ")))
 }
 

@@ -72,12 +72,7 @@ fn grid_point(g: Grid, cycles: u64) -> Point {
 
 /// A cast placement by name.
 fn placement(name: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
-    use ipu_core::plan::chain::SideCast;
-    SideCast::ALL
-        .iter()
-        .copied()
-        .find(|c| c.name() == name)
-        .ok_or_else(|| format!("unknown cast placement `{name}`"))
+    ipu_core::plan::chain::SideCast::from_name(name).ok_or_else(|| format!("unknown cast placement `{name}`"))
 }
 
 /// Load a state (if the file exists) for this model: format, digest, then `revalidate` must cost
@@ -357,7 +352,12 @@ pub fn chain_layout(
     if !sides.is_empty() {
         // The seed's "cast order" figure: bytes the exchange moves with each cast before vs after it
         // (at the chosen column groups).
-        let bytes = |c: SideCast| cost((best.0, c)).ok().map(|p| p.exchange_bytes);
+        // Plans the search already made are reused; only candidates it did not evaluate (outside
+        // the attempts budget, or before a resume) are planned here.
+        let bytes = |c: SideCast| match evaluated.iter().find(|(x, _)| *x == (best.0, c)) {
+            Some((_, p)) => p.as_ref().ok().map(|p| p.exchange_bytes),
+            None => cost((best.0, c)).ok().map(|p| p.exchange_bytes),
+        };
         info!(
             casts = ?names,
             column_groups = best.0,

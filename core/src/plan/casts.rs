@@ -58,6 +58,10 @@ impl SideCast {
             SideCast::AfterExchange => "after_exchange",
         }
     }
+    /// The placement with this name (as in logs, search states and `build --side-cast`).
+    pub fn from_name(name: &str) -> Option<SideCast> {
+        SideCast::ALL.iter().copied().find(|c| c.name() == name)
+    }
 }
 
 /// The 8-value units (in buffer order) that tile `i` of a batch group casts and sends when a side

@@ -379,16 +379,19 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 } else {
                     0..kb * nb * block / 8
                 };
-                for (buffer, elt) in [(src, 2), (out, 1)] {
-                    let moved = if opts.side_cast == SideCast::BeforeExchange { out } else { src };
-                    if buffer == moved && opts.side_cast != SideCast::Replicated {
-                        pieces[b as usize].push(Piece {
-                            sender: tile as u16,
-                            buffer: format!("s{}", buffer.0),
-                            offset: (share.start * 8 * elt) as u32,
-                            words: ((share.end - share.start) * 8 * elt / 4) as u32,
-                        });
-                    }
+                // The exchange moves the FP8 result (cast before) or the f16 source (cast after).
+                let moved = match opts.side_cast {
+                    SideCast::Replicated => None,
+                    SideCast::BeforeExchange => Some((out, 1)),
+                    SideCast::AfterExchange => Some((src, 2)),
+                };
+                if let Some((buffer, elt)) = moved {
+                    pieces[b as usize].push(Piece {
+                        sender: tile as u16,
+                        buffer: format!("s{}", buffer.0),
+                        offset: (share.start * 8 * elt) as u32,
+                        words: ((share.end - share.start) * 8 * elt / 4) as u32,
+                    });
                 }
                 let pairs = cast.end - cast.start;
                 if pairs.div_ceil(WORKERS as u64) > 4096 {
@@ -582,10 +585,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         .collect();
     let mut exchange_bytes = 0u64;
     if groups.iter().any(|(t, p)| t.len() > 1 && !p.is_empty()) {
-        let (sched, transfers) = exchange::all_gather(&groups)
+        let (sched, _) = exchange::all_gather(&groups)
             .map_err(|e| PlanError::Unsupported(side_casts[0], format!("{e}")))?;
         exchange_bytes = groups.iter().flat_map(|(_, p)| p).map(|p| 4 * p.words as u64).sum();
-        let _ = transfers;
         horizons.push(sched.horizon);
         let names: Vec<String> = side_casts.iter().map(|&c| g.tensor(g.ops[c].output).name.clone()).collect();
         let phase = format!("gather {}", names.join(" "));

@@ -123,7 +123,10 @@ impl core::fmt::Display for ScheduleError {
 }
 
 /// Cycles a receiver needs after the release before its first pointer event.
-const RECEIVER_SETUP: u64 = 3;
+const RECEIVER_SETUP: u64 = EXPECT_CYCLES + 1;
+
+/// Supervisor cycles of an `Expect` event (`setzi` and `put` of `$INCOMING_DCOUNT`).
+const EXPECT_CYCLES: u64 = 2;
 
 /// Schedule transfers greedily in the given order: each sender streams its transfers back to
 /// back, each receiver takes one transfer at a time with a one-cycle gap to move its pointer.
@@ -203,7 +206,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
     let mut transfers = Vec::new();
     for (tiles, pieces) in groups {
         // Per tile: the first cycle its supervisor is free, and the cycle after its last landing.
-        let mut busy: BTreeMap<u16, u64> = tiles.iter().map(|&t| (t, 2)).collect();
+        let mut busy: BTreeMap<u16, u64> = tiles.iter().map(|&t| (t, EXPECT_CYCLES)).collect();
         let mut landed: BTreeMap<u16, u64> = BTreeMap::new();
         let mut expected: BTreeMap<u16, u32> = BTreeMap::new();
         let mut send_end = 0u64;
@@ -214,7 +217,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
             }
             // Sender free; senders one at a time; each receiver free to issue its pointer one
             // cycle before the first arrival, after its previous piece has fully landed.
-            let mut start = send_end.max(*busy.get(&p.sender).unwrap_or(&2));
+            let mut start = send_end.max(*busy.get(&p.sender).unwrap_or(&EXPECT_CYCLES));
             for &r in &rx {
                 let lat = latency(p.sender, r) as u64;
                 let ready = busy[&r].max(*landed.get(&r).unwrap_or(&0)) + 1;
@@ -286,7 +289,7 @@ pub fn check_issue(tile: u16, events: &[Event]) -> Result<u64, ScheduleError> {
     for (i, e) in events.iter().enumerate() {
         let late = |at: u64, t: u64| ScheduleError::Late { tile, event: i, at, earliest: t };
         match e {
-            Event::Expect(_) => t += 2,
+            Event::Expect(_) => t += EXPECT_CYCLES,
             Event::Pointer { at, .. } | Event::Mux { at, .. } => {
                 if *at < t {
                     return Err(late(*at, t));

@@ -48,7 +48,8 @@ pub fn instrument(tiles: &mut [TilePlan]) -> Samples {
                 Step::RunAll(k, ..) => Some((SampleKind::Compute, kernels.index(kernel_name(*k)))),
                 Step::Sync => Some((SampleKind::Sync, NO_KERNEL)),
                 Step::Exchange(_) => Some((SampleKind::Exchange, NO_KERNEL)),
-                Step::Stamp(_) => continue, // already instrumented: re-number
+                // `plan()` instruments a plan once, before any stamp exists; none to keep.
+                Step::Stamp(_) => continue,
             };
             if let Some((kind, kernel)) = sample {
                 if pending_setup && kind != SampleKind::Compute {

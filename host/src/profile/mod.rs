@@ -285,11 +285,7 @@ impl Profile {
                 host: m.get_host(),
                 profile: m.get_profile(),
             };
-            let total: u64 = [memory.code, memory.tensors, memory.descriptors, memory.exchange, memory.host]
-                .iter()
-                .chain([&memory.profile])
-                .map(|&b| u64::from(b))
-                .sum();
+            let total = table::memory_total(&memory);
             if total > ipu_core::target::TILE_MEM_SIZE as u64 {
                 return Err(ProfileError::Invalid(format!(
                     "tile {i}: memory use {total} bytes exceeds the tile"

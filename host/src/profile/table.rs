@@ -45,16 +45,10 @@ pub fn memory_total(m: &TileMemory) -> u64 {
 
 /// Build the table for a grouping (`top` limits tile rows).
 pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
-    let kinds: Vec<&'static str> = SampleKind::ALL.iter().map(|k| k.name()).collect();
     match group {
         GroupBy::Phase => {
-            let mut columns = vec!["span", "tile_cycles"];
-            columns.extend(kinds.iter().map(|k| match *k {
-                "compute" => "compute_%",
-                "sync" => "sync_%",
-                "exchange" => "exchange_%",
-                _ => "host_%",
-            }));
+            // Shares in `SampleKind::ALL` order, as `by_kind` returns them.
+            let columns = vec!["span", "tile_cycles", "compute_%", "sync_%", "exchange_%", "host_%"];
             let rows = (0..p.phases.len())
                 .filter_map(|ph| {
                     let all =
@@ -105,7 +99,7 @@ pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
                 })
                 .collect();
             rows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.parse::<u32>().ok().cmp(&b.1.parse::<u32>().ok())));
-            let mut columns = kinds.clone();
+            let mut columns: Vec<&'static str> = SampleKind::ALL.iter().map(|k| k.name()).collect();
             columns.push("memory_bytes");
             Table { key: "tile", columns, rows: rows.into_iter().take(top).map(|(_, k, v)| (k, v)).collect() }
         }
