@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::term;
+
 #[derive(Parser)]
 #[command(
     name = "ipu-codegen",
@@ -19,6 +21,9 @@ use std::process::ExitCode;
     about = "Compile, run and inspect programs for the Graphcore IPU Mk2"
 )]
 struct Cli {
+    /// More log output on stderr: -v info, -vv debug (RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -37,10 +42,13 @@ struct RunArgs {
     /// Seed for generated inputs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Resident inferences (the package is loaded once).
-    #[arg(long, default_value_t = 1)]
+    /// Resident inferences (the package is loaded once); each gets its own generated inputs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     iterations: u32,
-    /// Print one JSON object on stdout.
+    /// Write the inputs of the first inference (given or generated) as NAME.npy into this directory.
+    #[arg(long, value_name = "DIR")]
+    save_inputs: Option<PathBuf>,
+    /// Print one JSON object on stdout (the result lines go to stderr).
     #[arg(long)]
     json: bool,
     /// Fail at once (exit 3) instead of waiting when the device is in use.
@@ -67,6 +75,7 @@ struct RunArgs {
 #[derive(Subcommand)]
 enum Cmd {
     /// Compile a model file into an application package.
+    #[command(after_help = BUILD_HELP)]
     Build {
         /// Model file (TOML, docs/model-format.md).
         model: PathBuf,
@@ -100,24 +109,28 @@ enum Cmd {
         #[arg(long, value_parser = parse_side_cast)]
         side_cast: Option<ipu_core::plan::chain::SideCast>,
         /// Force the column groups of a row chain's final matmul instead of searching (docs/search.md).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         column_groups: Option<u32>,
     },
     /// Show where the cycles of a profile go, as tables.
+    #[command(
+        after_help = "EXAMPLES:\n  ipu-codegen profile qk.capnp\n  ipu-codegen profile qk.capnp --group-by kernel --top 5\n  ipu-codegen profile qk.capnp --group-by tile --json"
+    )]
     Profile {
         /// Profile file written by `run --profile`.
         file: PathBuf,
         /// Grouping.
         #[arg(long, value_enum, default_value = "phase")]
         group_by: ipu_host::profile::table::GroupBy,
-        /// Rows shown when grouping by tile (busiest first).
-        #[arg(long, default_value_t = 20)]
-        top: usize,
+        /// Rows shown when grouping by tile or kernel, busiest first (default 20 tiles, all kernels).
+        #[arg(long)]
+        top: Option<usize>,
         /// Print one JSON object on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Write a self-contained HTML report of a profile and its package.
+    #[command(after_help = "EXAMPLES:\n  ipu-codegen report qk.capnp --package qk.ipuexe -o qk.html")]
     Report {
         /// Profile file written by `run --profile`.
         file: PathBuf,
@@ -129,6 +142,7 @@ enum Cmd {
         output: PathBuf,
     },
     /// Run a package on a device and check it against the host reference.
+    #[command(after_help = RUN_HELP)]
     Run {
         /// Package.
         package: PathBuf,
@@ -136,6 +150,9 @@ enum Cmd {
         args: RunArgs,
     },
     /// Show what a package holds.
+    #[command(
+        after_help = "EXAMPLES:\n  ipu-codegen inspect mm.ipuexe\n  ipu-codegen inspect mm.ipuexe --json"
+    )]
     Inspect {
         /// Package.
         package: PathBuf,
@@ -144,6 +161,9 @@ enum Cmd {
         json: bool,
     },
     /// Build the bundled example (examples/attention.toml, 64 tiles) and run it on the default device.
+    #[command(
+        after_help = "EXAMPLES:\n  ipu-codegen demo\n  ipu-codegen demo --profile attention.capnp --trace attention.json"
+    )]
     Demo {
         /// Where to write the package.
         #[arg(long, default_value = "target/demo")]
@@ -152,6 +172,7 @@ enum Cmd {
         args: RunArgs,
     },
     /// Assemble a tile program to a flat binary image.
+    #[command(after_help = "EXAMPLES:\n  ipu-codegen asm tests/programs/int_loop.s -o loop.bin")]
     Asm {
         /// Assembly source.
         file: PathBuf,
@@ -159,7 +180,10 @@ enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Disassemble a flat binary image.
+    /// Disassemble a flat binary image (runs of zero words are shown as one line).
+    #[command(
+        after_help = "EXAMPLES:\n  ipu-codegen disasm loop.bin\n  ipu-codegen disasm loop.bin --base 0x4c000"
+    )]
     Disasm {
         /// Image.
         file: PathBuf,
@@ -168,6 +192,7 @@ enum Cmd {
         base: u32,
     },
     /// Run an assembly program on simulated tiles until they halt or reach the host sync.
+    #[command(after_help = "EXAMPLES:\n  ipu-codegen sim tests/programs/int_loop.s --tiles 1472")]
     Sim {
         /// Assembly source (loaded onto every tile).
         file: PathBuf,
@@ -182,6 +207,28 @@ enum Cmd {
         max_cycles: u64,
     },
 }
+
+const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
+  matmul   a, b, transpose_a, transpose_b, leading batch dims, alpha, accumulate = f16|f32, dtype
+  cast     input, dtype (f16 <-> f8e4m3 / f8e5m2), power-of-two scale
+  softmax  input (last axis, f32 statistics)
+
+EXAMPLES:
+  ipu-codegen build examples/matmul.toml -o mm.ipuexe
+  ipu-codegen build examples/attention.toml -o att.ipuexe --tiles 64 --json
+  ipu-codegen build examples/qk.toml -o qk.ipuexe --tiles 64 --profile --timings";
+
+const RUN_HELP: &str = "EXAMPLES:
+  ipu-codegen run mm.ipuexe
+  ipu-codegen run mm.ipuexe --input A=a.npy --input B=b.npy --output-dir out
+  ipu-codegen run mm.ipuexe --iterations 3 --seed 7 --save-inputs in --json
+  ipu-codegen run qk.ipuexe --profile qk.capnp --trace qk.json
+
+Result lines (stdout): referenceInference=N numericalTest=PASS|FAIL per inference, then the
+maximum error against the device-precision reference, the f64 error beside its derived bound and
+the count of non-finite outputs, the first mismatching element on failure, and
+package=... tiles=... device=... hardwareTest=PASS|FAIL.
+Exit codes: 0 pass, 1 numerical or device failure, 2 bad usage or input, 3 device busy.";
 
 fn parse_side_cast(s: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
     use ipu_core::plan::chain::SideCast;
@@ -223,14 +270,62 @@ fn do_build(
     Ok(built)
 }
 
-fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
-    let pkg = session::read_package(path).map_err(|e| bad(e.to_string()))?;
+/// A JSON number, or a string for values JSON cannot hold (`"inf"`, `"nan"`).
+fn num(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        serde_json::json!(x)
+    } else {
+        serde_json::json!(x.to_string())
+    }
+}
+
+fn parse_inputs(specs: &[String]) -> Result<BTreeMap<String, PathBuf>, Failure> {
     let mut inputs = BTreeMap::new();
-    for spec in &a.inputs {
+    for spec in specs {
         let (name, file) =
             spec.split_once('=').ok_or_else(|| bad(format!("--input {spec}: expected NAME=FILE.npy")))?;
-        inputs.insert(name.to_string(), PathBuf::from(file));
+        if let Some(prev) = inputs.insert(name.to_string(), PathBuf::from(file)) {
+            return Err(bad(format!(
+                "--input {name} is given twice ({} and {file}): give each input once",
+                prev.display()
+            )));
+        }
     }
+    Ok(inputs)
+}
+
+fn run_json(
+    path: &Path,
+    pkg: &ipu_host::package::Package,
+    out: &session::RunOutcome,
+    a: &RunArgs,
+) -> serde_json::Value {
+    serde_json::json!({
+        "package": path.display().to_string(),
+        "device": out.device,
+        "cycles": out.cycles,
+        "predicted_cycles": pkg.plan.predicted_cycles,
+        "max_abs_error": num(out.max_abs_error),
+        "max_abs_error_vs_f64": num(out.max_abs_error_f64),
+        "f64_error_bound": num(out.bound_f64),
+        "f64_error_to_bound": num(out.worst_ratio_f64),
+        "compared_elements": out.compared_elements,
+        "non_finite_outputs": out.non_finite_outputs,
+        "first_mismatch": out.first_mismatch.as_ref().map(|m| serde_json::json!({
+            "iteration": m.iteration, "tensor": m.tensor, "index": m.index, "check": m.check,
+            "device": num(m.device), "reference": num(m.reference), "bound": num(m.bound)})),
+        "numerical_test": if out.numerical_pass { "PASS" } else { "FAIL" },
+        "hardware_test": if out.hardware_pass(a.iterations) { "PASS" } else { "FAIL" },
+        "iterations": a.iterations,
+        "device_seconds": out.device_seconds,
+        "reference_seconds": out.reference_seconds,
+        "outputs": out.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+    })
+}
+
+fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
+    let pkg = session::read_package(path).map_err(|e| bad(e.to_string()))?;
+    let inputs = parse_inputs(&a.inputs)?;
     let (mut dev, name) = open_device(&a.device, pkg.tile_count as usize, a.threads, a.max_cycles)
         .map_err(|e| Failure(2, e.to_string()))?;
     let _lock = session::lock_device(&name, !a.no_wait).map_err(|e| match e {
@@ -241,36 +336,52 @@ fn run_package(path: &Path, a: &RunArgs) -> Result<(), Failure> {
         package_path: path.display().to_string(),
         inputs,
         output_dir: a.output_dir.clone(),
+        save_inputs: a.save_inputs.clone(),
         seed: a.seed,
         iterations: a.iterations,
         profile: a.profile.is_some() || a.trace.is_some(),
     };
-    let out = session::run(&pkg, dev.as_mut(), &opts).map_err(|e| match e {
-        RunError::Input(m) => bad(m),
-        RunError::Device(d) => Failure(1, format!("device {name}: {d}")),
-        RunError::Busy(m) => Failure(3, m),
-    })?;
+    // Result lines are data on stdout, or beside the one JSON object on stderr.
+    let say = |l: &str| if a.json { term::err_line(l) } else { term::line(l) };
+    let out = match session::run(&pkg, dev.as_mut(), &opts) {
+        Ok(out) => out,
+        Err(RunError::Device(d)) => {
+            let msg = format!("device {name}: {d}");
+            say(&format!(
+                "package={} tiles={} device={name} hardwareTest=FAIL",
+                path.display(),
+                pkg.tile_count
+            ));
+            if a.json {
+                term::line(
+                    &serde_json::json!({"package": path.display().to_string(), "device": name,
+                    "hardware_test": "FAIL", "numerical_test": "FAIL", "error": msg})
+                    .to_string(),
+                );
+            }
+            return Err(Failure(1, msg));
+        }
+        Err(RunError::Input(m)) => return Err(bad(m)),
+        Err(RunError::Busy(m)) => return Err(Failure(3, m)),
+    };
+    let mut profile_lines = Vec::new();
     if let Some(cap) = &out.captured {
-        write_profile(path, &pkg, &out.device, cap, a)?;
+        profile_lines = write_profile(path, &pkg, &out.device, cap, a)?;
+    }
+    for l in out.lines.iter().chain(&profile_lines) {
+        say(l);
     }
     if a.json {
-        let v = serde_json::json!({
-            "package": path.display().to_string(),
-            "device": out.device,
-            "cycles": out.cycles,
-            "predicted_cycles": pkg.plan.predicted_cycles,
-            "max_abs_error": out.max_abs_error,
-            "max_abs_error_vs_f64": out.max_abs_error_f64,
-            "numerical_test": if out.numerical_pass { "PASS" } else { "FAIL" },
-            "hardware_test": "PASS",
-            "outputs": out.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-        });
-        println!("{v}");
+        term::line(&run_json(path, &pkg, &out, a).to_string());
     }
     if out.numerical_pass {
         Ok(())
     } else {
-        Err(Failure(1, "numerical test failed".into()))
+        let what = match &out.first_mismatch {
+            Some(m) => format!("numerical test failed: first mismatch {m}"),
+            None => "numerical test failed".into(),
+        };
+        Err(Failure(1, what))
     }
 }
 
@@ -287,8 +398,9 @@ fn write_profile(
     device: &str,
     cap: &ipu_host::profile::Captured,
     a: &RunArgs,
-) -> Result<(), Failure> {
+) -> Result<Vec<String>, Failure> {
     use ipu_host::profile::{trace, Profile};
+    let mut lines = Vec::new();
     let sha = sha256_of(path)?;
     let p = Profile::from_run(pkg, &path.display().to_string(), &sha, device, cap)
         .map_err(|e| Failure(1, e.to_string()))?;
@@ -297,19 +409,31 @@ fn write_profile(
     };
     if let Some(file) = &a.profile {
         write(file, &p.to_capnp())?;
-        println!("profile={} tiles={} samples={}", file.display(), p.tiles.len(), p.sample_count());
+        lines.push(format!(
+            "profile={} tiles={} samples={}",
+            file.display(),
+            p.tiles.len(),
+            p.sample_count()
+        ));
     }
     if let Some(file) = &a.trace {
         let t = trace::trace(&p, a.trace_max_events);
         let events = t["traceEvents"].as_array().map(Vec::len).unwrap_or(0);
         write(file, t.to_string().as_bytes())?;
-        println!("trace={} events={events}", file.display());
+        lines.push(format!("trace={} events={events}", file.display()));
     }
-    Ok(())
+    Ok(lines)
 }
 
 fn read_profile(file: &Path) -> Result<ipu_host::profile::Profile, Failure> {
     let bytes = std::fs::read(file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
+    if matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) {
+        return Err(bad(format!(
+            "{}: not a profile file (it looks like JSON, e.g. a --trace file); profiles are the \
+             Cap'n Proto files written by `run --profile`",
+            file.display()
+        )));
+    }
     ipu_host::profile::Profile::from_capnp(&bytes).map_err(|e| bad(format!("{}: {e}", file.display())))
 }
 
@@ -356,30 +480,35 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
             if timings {
                 for (phase, ms) in &b.timings {
-                    eprintln!("phase {phase:<20} {ms:>6} ms");
+                    term::err_line(&format!("phase {phase:<20} {ms:>6} ms"));
                 }
             }
             if json {
-                println!("{}", build_json(&output, &b, tiles));
+                term::line(&build_json(&output, &b, tiles).to_string());
             } else {
-                println!(
+                term::line(&format!(
                     "package={} sha256={} tiles_used={} predicted_cycles={}",
                     output.display(),
                     b.sha256,
                     b.package.info.tiles_used,
                     b.package.plan.predicted_cycles
-                );
+                ));
             }
         }
         Cmd::Run { package, args } => run_package(&package, &args)?,
         Cmd::Profile { file, group_by, top, json } => {
             use ipu_host::profile::table;
+            if top.is_some() && group_by == table::GroupBy::Phase {
+                return Err(bad(
+                    "--top applies to --group-by tile or kernel; a phase table lists every phase",
+                ));
+            }
             let p = read_profile(&file)?;
             let t = table::table(&p, group_by, top);
             if json {
-                println!("{}", table::render_json(&p, &t));
+                term::line(&table::render_json(&p, &t).to_string());
             } else {
-                print!("{}", table::render_text(&p, &t));
+                term::text(&table::render_text(&p, &t));
             }
         }
         Cmd::Report { file, package, output } => {
@@ -405,17 +534,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let html = ipu_host::profile::report::render(&p, &pkg, &package.display().to_string());
             ipu_host::atomic::write_atomic(&output, html.as_bytes())
                 .map_err(|e| bad(format!("{}: {e}", output.display())))?;
-            println!("report={} bytes={}", output.display(), html.len());
+            term::line(&format!("report={} bytes={}", output.display(), html.len()));
         }
         Cmd::Inspect { package, json } => {
             let pkg = session::read_package(&package).map_err(|e| bad(e.to_string()))?;
             let bytes = std::fs::read(&package).map_err(|e| bad(e.to_string()))?;
-            ipu_host::inspect::print(&pkg, &bytes, json);
+            term::text(&ipu_host::inspect::render(&pkg, &bytes, json));
         }
         Cmd::Demo { dir, args } => {
             std::fs::create_dir_all(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
             let path = dir.join("attention.ipuexe");
-            let opts = BuildOptions { threads: args.threads, ..BuildOptions::new(EXAMPLE_TILES) };
+            // A profile needs the package's profile plan: build with one when one is asked for.
+            let profile = args.profile.is_some() || args.trace.is_some();
+            let opts = BuildOptions { threads: args.threads, profile, ..BuildOptions::new(EXAMPLE_TILES) };
             do_build(EXAMPLE.0, EXAMPLE.1, &path, &opts)?;
             run_package(&path, &args)?;
         }
@@ -425,11 +556,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let (base, img) = prog.flat_image();
             ipu_host::atomic::write_atomic(&output, &img)
                 .map_err(|e| bad(format!("{}: {e}", output.display())))?;
-            println!("{}: {} bytes at {base:#x}, entry {:#x}", output.display(), img.len(), prog.entry);
+            term::line(&format!(
+                "{}: {} bytes at {base:#x}, entry {:#x}",
+                output.display(),
+                img.len(),
+                prog.entry
+            ));
         }
         Cmd::Disasm { file, base } => {
             let bytes = std::fs::read(&file).map_err(|e| bad(format!("{}: {e}", file.display())))?;
-            print!("{}", disassemble(base, &bytes));
+            term::text(&disassemble(base, &bytes));
         }
         Cmd::Sim { file, tiles, threads, max_cycles } => {
             let src = read_text(&file)?;
@@ -442,14 +578,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let start = std::time::Instant::now();
             let r = dev.run_to_host_sync().map_err(|e| Failure(1, e.to_string()))?;
             let secs = start.elapsed().as_secs_f64();
-            println!(
+            term::line(&format!(
                 "state={:?} cycles={} issued={} syncs={} host_seconds={secs:.3} instr_per_second={:.0}",
                 r.state,
                 r.cycles,
                 r.issued,
                 r.syncs,
                 r.issued as f64 / secs
-            );
+            ));
         }
     }
     Ok(())
@@ -457,15 +593,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 /// Entry point.
 pub fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -474,10 +601,13 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(cli) {
+    term::init_logging(cli.verbose);
+    let r = run(cli);
+    term::finish();
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, msg)) => {
-            eprintln!("error: {msg}");
+            term::err_line(&format!("error: {msg}"));
             ExitCode::from(code)
         }
     }

@@ -63,6 +63,13 @@ pub enum ExchangeFault {
         /// Words still expected.
         expected: u32,
     },
+    /// More words landed than `$INCOMING_DCOUNT` expected (the count would pass 0).
+    Unexpected {
+        /// Receiver.
+        receiver: u16,
+        /// Words beyond the expected count.
+        extra: u32,
+    },
     /// A word arriving after the sync that closes its superstep.
     Late {
         /// Sender.
@@ -96,6 +103,10 @@ impl fmt::Display for ExchangeFault {
             ExchangeFault::Missing { receiver, expected } => {
                 write!(f, "tile {receiver} expected {expected} more incoming words at the sync")
             }
+            ExchangeFault::Unexpected { receiver, extra } => write!(
+                f,
+                "tile {receiver} received {extra} more words than its $INCOMING_DCOUNT expected before the sync"
+            ),
             ExchangeFault::Late { sender, receiver, arrival, release } => write!(
                 f,
                 "word from tile {sender} reaches tile {receiver} at cycle {arrival}, after the sync released at {release}"

@@ -3,8 +3,10 @@
 use crate::package::Package;
 use ipu_schema::{read_container, Direction};
 
-/// Print a package summary (text or one JSON object) to stdout.
-pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
+/// A package summary: text, or one JSON object on one line.
+pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let (_, sections) = read_container(bytes).expect("validated by the caller");
     let mem = &pkg.plan.memory;
     let total = |f: fn(&ipu_schema::TileMemory) -> u32| mem.iter().map(|m| f(m) as u64).sum::<u64>();
@@ -35,15 +37,16 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
                 "slices": b.slices.len()})).collect::<Vec<_>>(),
             "calls": pkg.host.calls.iter().map(|c| serde_json::json!({"name": c.name, "command": c.command, "phases": c.phases})).collect::<Vec<_>>(),
         });
-        println!("{v}");
-        return;
+        return format!("{v}\n");
     }
-    println!(
+    let _ = writeln!(
+        out,
         "model {} (compiler {}), target {} tiles, {} used",
         pkg.info.model, pkg.info.compiler, pkg.tile_count, pkg.info.tiles_used
     );
-    println!("predicted cycles per run call: {}", pkg.plan.predicted_cycles);
-    println!(
+    let _ = writeln!(out, "predicted cycles per run call: {}", pkg.plan.predicted_cycles);
+    let _ = writeln!(
+        out,
         "memory over all tiles (bytes): code={} tensors={} descriptors={} exchange={} host={} profile={}",
         total(|m| m.code),
         total(|m| m.tensors),
@@ -53,22 +56,34 @@ pub fn print(pkg: &Package, bytes: &[u8], json: bool) {
         total(|m| m.profile)
     );
     match &pkg.plan.profile {
-        Some(p) => println!("profile plan: {} samples, phases {}", samples(p), p.phases.join(", ")),
-        None => println!("profile plan: none (build with --profile to profile runs)"),
+        Some(p) => {
+            let _ = writeln!(out, "profile plan: {} samples, phases {}", samples(p), p.phases.join(", "));
+        }
+        None => {
+            let _ = writeln!(out, "profile plan: none (build with --profile to profile runs)");
+        }
     }
-    println!("largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
-    println!("sections:");
+    let _ = writeln!(out, "largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
+    let _ = writeln!(out, "sections:");
     for (k, b) in &sections {
-        println!("  {:<14} {:>10} bytes", k.name(), b.len());
+        let _ = writeln!(out, "  {:<14} {:>10} bytes", k.name(), b.len());
     }
-    println!("bindings:");
+    let _ = writeln!(out, "bindings:");
     for b in &pkg.bindings {
         let dir = if b.direction == Direction::Input { "input " } else { "output" };
         let t = if b.transpose { " transposed" } else { "" };
-        println!("  {dir} {:<12} {} {:?} slices={}{t}", b.name, b.dtype.name(), b.shape, b.slices.len());
+        let _ = writeln!(
+            out,
+            "  {dir} {:<12} {} {:?} slices={}{t}",
+            b.name,
+            b.dtype.name(),
+            b.shape,
+            b.slices.len()
+        );
     }
-    println!("calls:");
+    let _ = writeln!(out, "calls:");
     for c in &pkg.host.calls {
-        println!("  {} command={} phases={}", c.name, c.command, c.phases);
+        let _ = writeln!(out, "  {} command={} phases={}", c.name, c.command, c.phases);
     }
+    out
 }

@@ -18,5 +18,6 @@ pub mod reference;
 pub mod search;
 pub mod session;
 pub mod sim;
+pub mod verdict;
 
 pub use device::{Device, DeviceError, ExchangeFault, RunReport, StopState};

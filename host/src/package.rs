@@ -3,9 +3,46 @@
 
 use ipu_core::target::{in_tile_memory, EXEC_REGION_END, TILE_MEM_BASE};
 use ipu_schema::{
-    decode, encode, read_container, write_container, Binding, BuildInfo, HostExchange, PlanSummary,
-    SectionKind, Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
+    decode, encode, read_container, write_container, Binding, BuildInfo, Direction, HostExchange,
+    PlanSummary, SectionKind, Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
 };
+
+/// Check that the slices of `b` cover every byte of the tensor, exactly once when `exact`.
+/// The rows are only materialised after their total is known to be bounded by the tensor size
+/// (times the tile count for replicated inputs), so a hostile package cannot make this allocate.
+fn coverage(b: &Binding, exact: bool, tile_count: u32) -> Result<(), PackageError> {
+    let size = b.bytes();
+    let total = b.slices.iter().fold(0u64, |t, s| t.saturating_add(s.rows as u64 * s.row_bytes as u64));
+    let limit = if exact { size } else { size.saturating_mul(tile_count as u64) };
+    let what = |msg: String| PackageError::Invalid(format!("binding `{}`: {msg}", b.name));
+    if total > limit {
+        return Err(what(format!("slices hold {total} bytes, more than the {limit} the tensor allows")));
+    }
+    let mut rows: Vec<(u64, u64)> = Vec::new();
+    for s in &b.slices {
+        for r in 0..s.rows as u64 {
+            if s.row_bytes > 0 {
+                let start = s.tensor_offset + r * s.tensor_stride;
+                rows.push((start, start + s.row_bytes as u64));
+            }
+        }
+    }
+    rows.sort_unstable();
+    let mut covered = 0u64;
+    for (start, end) in rows {
+        if start > covered {
+            return Err(what(format!("bytes {covered}..{start} of {size} are not covered by any slice")));
+        }
+        if exact && start < covered {
+            return Err(what(format!("bytes {start}..{} are read by more than one slice", covered.min(end))));
+        }
+        covered = covered.max(end);
+    }
+    if covered < size {
+        return Err(what(format!("bytes {covered}..{size} of {size} are not covered by any slice")));
+    }
+    Ok(())
+}
 
 /// A decoded, validated package.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,6 +199,7 @@ impl Package {
                 }
             }
         }
+        self.validate_contract()?;
         if !in_tile_memory(self.host.mailbox, 4) || !self.host.mailbox.is_multiple_of(4) {
             return bad(format!("host mailbox {:#x} not a word of tile memory", self.host.mailbox));
         }
@@ -173,6 +211,47 @@ impl Package {
         }
         if let Some(p) = &self.plan.profile {
             self.validate_profile(p)?;
+        }
+        Ok(())
+    }
+
+    /// The package's output contract (docs/format.md "Bindings"): its input and output bindings
+    /// are exactly the model's inputs and outputs (name, dtype, shape, scale), every input byte is
+    /// written by at least one slice, and every output byte is read by exactly one. A package that
+    /// dropped or shifted an output binding would otherwise compare nothing and pass.
+    fn validate_contract(&self) -> Result<(), PackageError> {
+        let bad = |s: String| Err(PackageError::Invalid(s));
+        let g = match crate::model::parse("<package model>", &self.info.model_source) {
+            Ok(g) => g,
+            Err(e) => return bad(format!("build info: the model source does not parse: {e}")),
+        };
+        for (dir, ids) in [(Direction::Input, &g.inputs), (Direction::Output, &g.outputs)] {
+            let word = if dir == Direction::Input { "input" } else { "output" };
+            let bound: Vec<&Binding> = self.bindings.iter().filter(|b| b.direction == dir).collect();
+            if bound.len() != ids.len() {
+                let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
+                let want: Vec<&str> = ids.iter().map(|id| g.tensor(*id).name.as_str()).collect();
+                return bad(format!("the model has {word}s {want:?} but the package binds {names:?}"));
+            }
+            for id in ids {
+                let t = g.tensor(*id);
+                let Some(b) = bound.iter().find(|b| b.name == t.name) else {
+                    return bad(format!("model {word} `{}` has no {word} binding", t.name));
+                };
+                if b.dtype != t.dtype || b.shape != t.shape || b.scale != t.scale {
+                    return bad(format!(
+                        "{word} binding `{}` is {} {:?} scale {} but the model says {} {:?} scale {}",
+                        b.name,
+                        b.dtype.name(),
+                        b.shape,
+                        b.scale,
+                        t.dtype.name(),
+                        t.shape,
+                        t.scale
+                    ));
+                }
+                coverage(b, dir == Direction::Output, self.tile_count)?;
+            }
         }
         Ok(())
     }

@@ -68,6 +68,18 @@ pub fn disassemble(base: u32, bytes: &[u8]) -> String {
     while i < words.len() {
         let addr = base + 4 * i as u32;
         let w = words[i];
+        // A run of zero words (an `.org` gap or `.space`) is one line, not thousands.
+        let zeros = words[i..].iter().take_while(|&&x| x == 0).count();
+        if zeros >= 4 {
+            let _ = writeln!(
+                out,
+                "{addr:#07x}: .space {} (zero words up to {:#07x})",
+                4 * zeros,
+                addr + 4 * zeros as u32
+            );
+            i += zeros;
+            continue;
+        }
         let unit = match decode(w) {
             Ok((_, true)) if i + 1 < words.len() && addr.is_multiple_of(8) => {
                 decode_bundle(w, words[i + 1]).ok().map(|b| (b, 2))

@@ -171,8 +171,47 @@ fn softmax_device(x: &HostTensor) -> Vec<f32> {
         .collect()
 }
 
-/// Device-precision tensors and f64 values (real numbers) by tensor name.
-pub type Evaluated = (BTreeMap<String, HostTensor>, BTreeMap<String, Vec<f64>>);
+/// The host reference of every tensor of a graph.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluated {
+    /// Device-precision tensors by name: what the device must produce, bit for bit.
+    pub device: BTreeMap<String, HostTensor>,
+    /// f64 values of the same graph on the real numbers (no rounding anywhere, casts included).
+    pub exact: BTreeMap<String, Vec<f64>>,
+    /// Per element, a bound on |device-precision value − f64 value| derived from each op's
+    /// rounding points and the bounds of its operands (docs/reliability.md "The verdict").
+    pub bound: BTreeMap<String, Vec<f64>>,
+}
+
+/// Unit roundoff (half an ulp, relative) of round-to-nearest in a dtype.
+pub fn unit_roundoff(d: DType) -> f64 {
+    match d {
+        DType::F32 => 2f64.powi(-24),
+        DType::F16 => 2f64.powi(-11),
+        DType::F8E4M3 => 2f64.powi(-4),
+        DType::F8E5M2 => 2f64.powi(-3),
+    }
+}
+
+/// Half the smallest subnormal spacing of a dtype: the absolute error of rounding near zero.
+pub fn underflow_error(d: DType) -> f64 {
+    match d {
+        DType::F32 => 2f64.powi(-150),
+        DType::F16 => 2f64.powi(-25),
+        DType::F8E4M3 => 2f64.powi(-11),
+        DType::F8E5M2 => 2f64.powi(-18),
+    }
+}
+
+/// Higham's γ_n = n·u / (1 − n·u): the relative error bound of n rounded additions.
+pub fn gamma(n: u64, u: f64) -> f64 {
+    let nu = n as f64 * u;
+    if nu < 1.0 {
+        nu / (1.0 - nu)
+    } else {
+        f64::INFINITY
+    }
+}
 
 /// Evaluate every op of the graph.
 pub fn evaluate(
@@ -182,8 +221,10 @@ pub fn evaluate(
 ) -> Result<Evaluated, String> {
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (name, t) in inputs {
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, 0, i)).collect());
+        bound.insert(name.clone(), vec![0.0; t.data.len()]);
     }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
@@ -191,7 +232,7 @@ pub fn evaluate(
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
         };
-        let (value, ex): (HostTensor, Vec<f64>) = match &op.kind {
+        let (value, ex, bd): (HostTensor, Vec<f64>, Vec<f64>) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
                 let tk = grids.get(i).map(|g| g[2] as u64).unwrap_or(1);
@@ -206,27 +247,26 @@ pub fn evaluate(
                     alpha: *alpha,
                 };
                 let (c, shape) = matmul_device(&args);
-                let (ea, eb) = (&exact[&g.tensor(*a).name], &exact[&g.tensor(*b).name]);
-                let (_, m, k, n) =
-                    matmul_shape(g.tensor(*a), g.tensor(*b), *transpose_a, *transpose_b).unwrap();
-                let (ab, bb) = (g.tensor(*a).shape.len() > 2, g.tensor(*b).shape.len() > 2);
-                let ex: Vec<f64> = (0..c.len() as u64)
-                    .into_par_iter()
-                    .map(|idx| {
-                        let (bi, r) = (idx / (m * n), idx % (m * n));
-                        let (ii, j) = (r / n, r % n);
-                        let mut s = 0f64;
-                        for kk in 0..k {
-                            let ai = if *transpose_a { kk * m + ii } else { ii * k + kk }
-                                + if ab { bi * m * k } else { 0 };
-                            let bi2 = if *transpose_b { j * k + kk } else { kk * n + j }
-                                + if bb { bi * k * n } else { 0 };
-                            s += ea[ai as usize] * eb[bi2 as usize];
-                        }
-                        s * alpha.unwrap_or(1.0) as f64
-                    })
-                    .collect();
-                (HostTensor { dtype: out.dtype, shape, data: c }, ex)
+                let (ta, tb) = (g.tensor(*a), g.tensor(*b));
+                let (_, m, k, n) = matmul_shape(ta, tb, *transpose_a, *transpose_b).unwrap();
+                let layout = MatMulLayout {
+                    m,
+                    k,
+                    n,
+                    ta: *transpose_a,
+                    tb: *transpose_b,
+                    a_batched: ta.shape.len() > 2,
+                    b_batched: tb.shape.len() > 2,
+                };
+                let ops = [(&exact[&ta.name], &bound[&ta.name]), (&exact[&tb.name], &bound[&tb.name])];
+                let block = if is_fp8(ta.dtype) { 32 } else { 16 };
+                let rounding = Rounding {
+                    acc: *accumulate,
+                    roundings: k.div_ceil(block) + tk,
+                    alpha: alpha.map(|a| a as f64),
+                };
+                let (ex, bd) = matmul_exact(&layout, ops, c.len() as u64, &rounding);
+                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
@@ -244,28 +284,112 @@ pub fn evaluate(
                         .collect()
                 };
                 let t = HostTensor { dtype: out.dtype, shape: x.shape.clone(), data };
-                // The cast's rounding is defined by the format: the exact value is the rounded one.
-                let ex = (0..t.data.len()).map(|i| real(&t, out.scale, i)).collect();
-                (t, ex)
+                // A cast stands for the same real number: the f64 value passes through, and the
+                // bound grows by one rounding to the output format (relative, plus underflow
+                // spacing at the output's scale).
+                let name = &g.tensor(*input).name;
+                let (u, sub) =
+                    (unit_roundoff(out.dtype), underflow_error(out.dtype) * 2f64.powi(out.scale as i32));
+                let ex = exact[name].clone();
+                let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
+                (t, ex, bd)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
                 let data = softmax_device(x);
-                let ein = &exact[&g.tensor(*input).name];
+                let name = &g.tensor(*input).name;
                 let n = *x.shape.last().unwrap() as usize;
-                let ex = ein
-                    .chunks(n)
-                    .flat_map(|row| {
-                        let mx = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
-                        let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-                        row.iter().map(move |v| (v - mx).exp() / s).collect::<Vec<_>>()
-                    })
-                    .collect();
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex)
+                let (ex, bd) = softmax_exact(&exact[name], &bound[name], n, out.dtype);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
         };
         exact.insert(out.name.clone(), ex);
+        bound.insert(out.name.clone(), bd);
         vals.insert(out.name.clone(), value);
     }
-    Ok((vals, exact))
+    Ok(Evaluated { device: vals, exact, bound })
+}
+
+/// Index arithmetic of a (batched, transposable) matmul.
+struct MatMulLayout {
+    m: u64,
+    k: u64,
+    n: u64,
+    ta: bool,
+    tb: bool,
+    a_batched: bool,
+    b_batched: bool,
+}
+
+/// The rounding points of the device's matmul.
+struct Rounding {
+    /// Partial-sum type: every block of K and every K-split merge rounds to it.
+    acc: DType,
+    /// Roundings on one output's path: K blocks plus K-split pieces.
+    roundings: u64,
+    /// Scalar applied last (the product is rounded to f16 once more).
+    alpha: Option<f64>,
+}
+
+/// f64 value and error bound of every output of `A·B`. With |a|, |b| the magnitudes (exact value
+/// plus its bound), the bound is Σ(δa·|b| + |a|·δb + δa·δb) for the operands' own errors, plus
+/// γ(roundings, u_acc)·Σ|a||b| for the partial-sum roundings, γ(K + 8, 2⁻²⁴)·Σ|a||b| for the f32
+/// sums inside the AMP, and one f16 rounding of the result when alpha is applied.
+fn matmul_exact(
+    l: &MatMulLayout,
+    ops: [(&Vec<f64>, &Vec<f64>); 2],
+    len: u64,
+    r: &Rounding,
+) -> (Vec<f64>, Vec<f64>) {
+    let [(ea, da), (eb, db)] = ops;
+    let (m, k, n) = (l.m, l.k, l.n);
+    let round_acc = gamma(r.roundings, unit_roundoff(r.acc));
+    let round_f32 = gamma(k + 8, 2f64.powi(-24));
+    let under = r.roundings as f64 * underflow_error(r.acc);
+    (0..len)
+        .into_par_iter()
+        .map(|idx| {
+            let (bi, rest) = (idx / (m * n), idx % (m * n));
+            let (ii, j) = (rest / n, rest % n);
+            let (mut s, mut mag, mut prop) = (0f64, 0f64, 0f64);
+            for kk in 0..k {
+                let ai =
+                    if l.ta { kk * m + ii } else { ii * k + kk } + if l.a_batched { bi * m * k } else { 0 };
+                let bj =
+                    if l.tb { j * k + kk } else { kk * n + j } + if l.b_batched { bi * k * n } else { 0 };
+                let (av, bv, ad, bd) = (ea[ai as usize], eb[bj as usize], da[ai as usize], db[bj as usize]);
+                s += av * bv;
+                mag += (av.abs() + ad) * (bv.abs() + bd);
+                prop += ad * bv.abs() + av.abs() * bd + ad * bd;
+            }
+            let al = r.alpha.unwrap_or(1.0);
+            let mut bd = al.abs() * (prop + (round_acc + round_f32) * mag + under);
+            if r.alpha.is_some() {
+                bd += unit_roundoff(DType::F16) * al.abs() * mag * (1.0 + round_acc + round_f32)
+                    + underflow_error(DType::F16);
+            }
+            (s * al, bd)
+        })
+        .unzip()
+}
+
+/// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
+/// within e^±2δ; the device's f32 arithmetic (n-term sum, exp, divide) adds γ(n + 4, 2⁻²⁴) and the
+/// output rounding one unit roundoff of the output dtype plus its underflow spacing.
+fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
+    let rel = |delta: f64| {
+        (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 4, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
+    };
+    e.par_chunks(n)
+        .zip(d.par_chunks(n))
+        .flat_map_iter(|(row, drow)| {
+            let mx = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
+            let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
+            let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
+            row.iter().map(move |v| {
+                let p = (v - mx).exp() / s;
+                (p, p * r + underflow_error(out))
+            })
+        })
+        .unzip()
 }

@@ -5,6 +5,7 @@ use crate::device::{Device, DeviceError, StopState};
 use crate::lock;
 use crate::package::Package;
 use crate::reference::{self, HostTensor};
+use crate::verdict;
 use half::f16;
 use ipu_schema::{Binding, DType, Direction, SEG_ZERO};
 use std::collections::BTreeMap;
@@ -21,12 +22,53 @@ pub struct RunOptions {
     pub inputs: BTreeMap<String, PathBuf>,
     /// Where to write outputs as `.npy`.
     pub output_dir: Option<PathBuf>,
+    /// Where to write the first inference's inputs as `.npy` (given or generated).
+    pub save_inputs: Option<PathBuf>,
     /// Seed for generated inputs.
     pub seed: u64,
     /// Resident inferences.
     pub iterations: u32,
     /// Read the profile stamps back after the last inference (the package needs a profile plan).
     pub profile: bool,
+}
+
+/// The first element that failed a check, for the message a person reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FirstMismatch {
+    /// Inference (1-based).
+    pub iteration: u32,
+    /// Output tensor.
+    pub tensor: String,
+    /// Element index in the tensor's shape.
+    pub index: Vec<u64>,
+    /// `"device precision"` or `"f64"`.
+    pub check: &'static str,
+    /// The device's value.
+    pub device: f64,
+    /// The value it was compared with.
+    pub reference: f64,
+    /// The allowed f64 error (0 for device precision).
+    pub bound: f64,
+}
+
+impl std::fmt::Display for FirstMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idx: Vec<String> = self.index.iter().map(u64::to_string).collect();
+        write!(
+            f,
+            "{}[{}] inference={} check=\"{}\" device={} reference={}",
+            self.tensor,
+            idx.join(","),
+            self.iteration,
+            self.check,
+            self.device,
+            self.reference
+        )?;
+        if self.check == "f64" {
+            write!(f, " bound={:e}", self.bound)?;
+        }
+        Ok(())
+    }
 }
 
 /// Outcome.
@@ -36,18 +78,41 @@ pub struct RunOutcome {
     pub device: String,
     /// Device cycles of each `run` call.
     pub cycles: Vec<u64>,
-    /// Largest |device − reference| over all outputs and inferences.
+    /// `run` calls that reached the closing host sync without a fault.
+    pub completed_calls: u32,
+    /// Largest |device − device-precision reference| over all outputs and inferences.
     pub max_abs_error: f64,
     /// Largest |device − f64 reference|.
     pub max_abs_error_f64: f64,
-    /// Every inference matched.
+    /// Largest per-element bound on the f64 error (derived from the ops, docs/reliability.md).
+    pub bound_f64: f64,
+    /// Largest |device − f64| / bound over all elements (≤ 1 passes).
+    pub worst_ratio_f64: f64,
+    /// Output elements compared, over all outputs and inferences (> 0 for a verdict).
+    pub compared_elements: u64,
+    /// Device NaN/inf elements per output, over all inferences.
+    pub non_finite_outputs: BTreeMap<String, u64>,
+    /// The first element that failed a check.
+    pub first_mismatch: Option<FirstMismatch>,
+    /// Every inference matched both checks.
     pub numerical_pass: bool,
     /// Outputs written.
     pub outputs: Vec<PathBuf>,
-    /// Result lines (also printed).
+    /// Result lines, in order, for the caller to print.
     pub lines: Vec<String>,
     /// Profile stamps of the last inference, when asked for.
     pub captured: Option<crate::profile::Captured>,
+    /// Host seconds spent in the device's `run` calls.
+    pub device_seconds: f64,
+    /// Host seconds spent evaluating the reference.
+    pub reference_seconds: f64,
+}
+
+impl RunOutcome {
+    /// The device ran every requested call to completion without a fault.
+    pub fn hardware_pass(&self, iterations: u32) -> bool {
+        iterations > 0 && self.completed_calls == iterations && self.cycles.len() == iterations as usize
+    }
 }
 
 /// Errors of a run, with the exit code they map to.
@@ -168,9 +233,96 @@ pub fn load(dev: &mut dyn Device, pkg: &Package) -> Result<(), DeviceError> {
     Ok(())
 }
 
-/// The whole run pipeline on an opened device.
+/// The byte every output element is filled with before each call, so that an element the device
+/// does not write reads as NaN (f16, f32: 0xFF…) or NaN (FP8 `fnuz`: 0x80), never as a stale or
+/// zero value that could pass.
+pub fn poison_byte(d: DType) -> u8 {
+    match d {
+        DType::F8E4M3 | DType::F8E5M2 => 0x80,
+        DType::F32 | DType::F16 => 0xFF,
+    }
+}
+
+/// The seed of iteration `it` (1-based): iteration 1 uses `seed` itself, each later one another
+/// seed, so that a call that computes nothing cannot pass on the previous call's outputs.
+pub fn iteration_seed(seed: u64, it: u32) -> u64 {
+    seed.wrapping_add((it as u64 - 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Inputs of one iteration: files as given (the same every iteration), the rest generated.
+fn prepare_inputs(
+    pkg: &Package,
+    opts: &RunOptions,
+    it: u32,
+    files: &BTreeMap<String, HostTensor>,
+) -> BTreeMap<String, HostTensor> {
+    let mut inputs = BTreeMap::new();
+    for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
+        let t = match files.get(&b.name) {
+            Some(t) => t.clone(),
+            None => generated(b, iteration_seed(opts.seed, it)),
+        };
+        inputs.insert(b.name.clone(), t);
+    }
+    inputs
+}
+
+/// Read the `--input` files, checking each against its binding.
+fn read_input_files(pkg: &Package, opts: &RunOptions) -> Result<BTreeMap<String, HostTensor>, RunError> {
+    let mut files = BTreeMap::new();
+    for (name, path) in &opts.inputs {
+        let Some(b) = pkg.bindings.iter().find(|b| b.direction == Direction::Input && &b.name == name) else {
+            return Err(RunError::Input(format!(
+                "--input {name}: the package has no input tensor of that name"
+            )));
+        };
+        let t = crate::npy::read(path).map_err(RunError::Input)?;
+        if t.shape != b.shape || t.dtype != b.dtype {
+            return Err(RunError::Input(format!(
+                "{}: input `{}` must be {} {:?}, the file holds {} {:?}",
+                path.display(),
+                b.name,
+                b.dtype.name(),
+                b.shape,
+                t.dtype.name(),
+                t.shape
+            )));
+        }
+        files.insert(name.clone(), t);
+    }
+    Ok(files)
+}
+
+/// Fold one output check into the outcome.
+fn record(outcome: &mut RunOutcome, it: u32, shape: &[u64], c: verdict::OutputCheck) {
+    outcome.max_abs_error = outcome.max_abs_error.max(c.max_abs_error);
+    outcome.max_abs_error_f64 = outcome.max_abs_error_f64.max(c.max_abs_error_f64);
+    outcome.bound_f64 = outcome.bound_f64.max(c.max_bound_f64);
+    outcome.worst_ratio_f64 = outcome.worst_ratio_f64.max(c.worst_ratio_f64);
+    outcome.compared_elements += c.elements;
+    *outcome.non_finite_outputs.entry(c.name.clone()).or_default() += c.non_finite;
+    if let (Some(m), None) = (&c.first_mismatch, &outcome.first_mismatch) {
+        outcome.first_mismatch = Some(FirstMismatch {
+            iteration: it,
+            tensor: c.name.clone(),
+            index: verdict::multi_index(shape, m.index),
+            check: m.check,
+            device: m.device,
+            reference: m.reference,
+            bound: m.bound,
+        });
+    }
+}
+
+/// The whole run pipeline on an opened device. Result lines are collected in
+/// [`RunOutcome::lines`]; the caller prints them after the outputs are written.
 pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let mut outcome = RunOutcome { device: dev.name(), numerical_pass: true, ..RunOutcome::default() };
+    if opts.iterations == 0 {
+        return Err(RunError::Input(
+            "--iterations 0: at least one inference must run to check anything".into(),
+        ));
+    }
     if dev.tile_count() < pkg.tile_count as usize {
         return Err(RunError::Input(format!(
             "package targets {} tiles but device {} has {}",
@@ -187,6 +339,7 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
     }
     let graph = crate::model::parse("<package model>", &pkg.info.model_source)
         .map_err(|e| RunError::Input(e.to_string()))?;
+    let files = read_input_files(pkg, opts)?;
     load(dev, pkg)?;
     let first = dev.run_to_host_sync()?;
     if first.state != StopState::HostSync {
@@ -195,123 +348,121 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
         )));
     }
     info!(tile_count = pkg.tiles.len(), "application loaded and initial synchronization completed");
-    // Inputs.
-    let start = Instant::now();
-    let mut inputs = BTreeMap::new();
-    for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
-        let t = match opts.inputs.get(&b.name) {
-            Some(path) => {
-                let t = crate::npy::read(path).map_err(RunError::Input)?;
-                if t.shape != b.shape || t.dtype != b.dtype {
-                    return Err(RunError::Input(format!(
-                        "{}: input `{}` must be {} {:?}, the file holds {} {:?}",
-                        path.display(),
-                        b.name,
-                        b.dtype.name(),
-                        b.shape,
-                        t.dtype.name(),
-                        t.shape
-                    )));
-                }
-                t
-            }
-            None => generated(b, opts.seed),
-        };
-        inputs.insert(b.name.clone(), t);
-    }
-    if let Some(unknown) = opts.inputs.keys().find(|k| !inputs.contains_key(*k)) {
-        return Err(RunError::Input(format!(
-            "--input {unknown}: the package has no input tensor of that name"
-        )));
-    }
-    info!(elapsed_ms = start.elapsed().as_millis() as u64, "prepared reference inputs");
-    let threads = rayon::current_num_threads();
-    info!(threads, "configured host reference threads");
-    println!("referencePrecision=device");
-    let t0 = Instant::now();
-    let (reference, exact) =
-        reference::evaluate(&graph, &inputs, &pkg.plan.grids).map_err(RunError::Input)?;
-    info!(elapsed_ms = t0.elapsed().as_millis() as u64, "evaluated host reference");
+    info!(threads = rayon::current_num_threads(), "configured host reference threads");
+    outcome.lines.push("referencePrecision=device".into());
     info!(pages = 2, "attaching host exchange pages");
     info!("host exchange session started");
     let call = pkg.run_call().clone();
+    let outputs: Vec<&Binding> = graph
+        .outputs
+        .iter()
+        .map(|id| {
+            let name = &graph.tensor(*id).name;
+            pkg.bindings.iter().find(|b| b.direction == Direction::Output && &b.name == name).ok_or_else(
+                || RunError::Input(format!("{}: no output binding for `{name}`", opts.package_path)),
+            )
+        })
+        .collect::<Result<_, _>>()?;
     let mut last_outputs = BTreeMap::new();
     for it in 1..=opts.iterations {
+        let start = Instant::now();
+        let inputs = prepare_inputs(pkg, opts, it, &files);
+        if let (1, Some(dir)) = (it, &opts.save_inputs) {
+            write_npys(dir, &inputs)?;
+        }
+        info!(iteration = it, elapsed_ms = start.elapsed().as_millis() as u64, "prepared reference inputs");
+        let t0 = Instant::now();
+        let reference = reference::evaluate(&graph, &inputs, &pkg.plan.grids).map_err(RunError::Input)?;
+        outcome.reference_seconds += t0.elapsed().as_secs_f64();
+        info!(elapsed_ms = t0.elapsed().as_millis() as u64, "evaluated host reference");
         for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
             write_binding(dev, b, &to_bytes(&inputs[&b.name], b.transpose))?;
+        }
+        for b in &outputs {
+            write_binding(dev, b, &vec![poison_byte(b.dtype); b.bytes() as usize])?;
         }
         for t in 0..pkg.tile_count as u16 {
             dev.write_memory(t, pkg.host.mailbox, &call.command.to_le_bytes())?;
         }
         info!(call = %call.name, command = call.command, phases = call.phases, "invoking host exchange call");
+        let t1 = Instant::now();
         let r = dev.run_to_host_sync()?;
+        outcome.device_seconds += t1.elapsed().as_secs_f64();
         if r.state != StopState::HostSync {
             return Err(RunError::Device(DeviceError::Request("tiles halted during the run call".into())));
         }
         outcome.cycles.push(r.cycles);
+        outcome.completed_calls += 1;
         if opts.profile && it == opts.iterations {
             outcome.captured = Some(read_stamps(dev, pkg, r.cycle - r.cycles, r.cycles, it)?);
         }
         let mut ok = true;
-        for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Output) {
+        for b in &outputs {
             let got = from_bytes(&read_binding(dev, b)?, b);
-            let want = &reference[&b.name];
-            for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
-                let err = (g - w).abs() as f64;
-                let same_nan = g.is_nan() && w.is_nan();
-                // `err` may be NaN (one side NaN): that is a mismatch too.
-                let within = err <= 1e-3 * (1.0 + w.abs() as f64);
-                if !same_nan && !within {
-                    ok = false;
-                }
-                if !same_nan {
-                    outcome.max_abs_error =
-                        outcome.max_abs_error.max(if err.is_nan() { f64::INFINITY } else { err });
-                }
-                if let Some(e) = exact.get(&b.name) {
-                    let dev = match b.dtype {
-                        DType::F8E4M3 | DType::F8E5M2 => {
-                            let f = if b.dtype == DType::F8E5M2 {
-                                ipu_core::fp8::Fp8Format::E5M2
-                            } else {
-                                ipu_core::fp8::Fp8Format::E4M3
-                            };
-                            ipu_core::fp8::to_f32(*g as u8, f) as f64 * 2f64.powi(b.scale as i32)
-                        }
-                        _ => *g as f64,
-                    };
-                    if !dev.is_nan() {
-                        outcome.max_abs_error_f64 = outcome.max_abs_error_f64.max((dev - e[i]).abs());
-                    }
-                }
-            }
+            let want = &reference.device[&b.name];
+            let dv = verdict::Values { dtype: got.dtype, scale: b.scale, data: &got.data };
+            let rv = verdict::Values { dtype: want.dtype, scale: b.scale, data: &want.data };
+            let c = verdict::check(&b.name, dv, rv, &reference.exact[&b.name], &reference.bound[&b.name])
+                .map_err(RunError::Input)?;
+            ok &= c.passed();
+            record(&mut outcome, it, &b.shape, c);
             last_outputs.insert(b.name.clone(), got);
         }
         outcome.numerical_pass &= ok;
-        let line = format!("referenceInference={it} numericalTest={}", if ok { "PASS" } else { "FAIL" });
-        println!("{line}");
-        outcome.lines.push(line);
+        outcome
+            .lines
+            .push(format!("referenceInference={it} numericalTest={}", if ok { "PASS" } else { "FAIL" }));
+    }
+    if outcome.compared_elements == 0 {
+        return Err(RunError::Input(format!("{}: the package has no outputs to check", opts.package_path)));
     }
     info!(max_abs_error_vs_f64 = outcome.max_abs_error_f64, cycles = ?outcome.cycles, "device run finished");
     if let Some(dir) = &opts.output_dir {
-        std::fs::create_dir_all(dir).map_err(|e| RunError::Input(format!("{}: {e}", dir.display())))?;
-        for (name, t) in &last_outputs {
-            let path = dir.join(format!("{name}.npy"));
-            let bytes = crate::npy::to_bytes(t).map_err(RunError::Input)?;
-            crate::atomic::write_atomic(&path, &bytes)
-                .map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
-            outcome.outputs.push(path);
-        }
+        outcome.outputs = write_npys(dir, &last_outputs)?;
     }
-    let verdict = if outcome.numerical_pass { "PASS" } else { "FAIL" };
-    let line =
-        format!("referenceMaximumAbsoluteError={} numericalTest={verdict}", fmt_err(outcome.max_abs_error));
-    println!("{line}");
-    outcome.lines.push(line);
-    let line = format!("package={} tiles={} hardwareTest=PASS", opts.package_path, pkg.tile_count);
-    println!("{line}");
-    outcome.lines.push(line);
+    outcome.lines.extend(result_lines(&outcome, opts, pkg));
     Ok(outcome)
+}
+
+/// Write each tensor as `DIR/NAME.npy`.
+fn write_npys(
+    dir: &std::path::Path,
+    tensors: &BTreeMap<String, HostTensor>,
+) -> Result<Vec<PathBuf>, RunError> {
+    std::fs::create_dir_all(dir).map_err(|e| RunError::Input(format!("{}: {e}", dir.display())))?;
+    let mut written = Vec::new();
+    for (name, t) in tensors {
+        let path = dir.join(format!("{name}.npy"));
+        let bytes = crate::npy::to_bytes(t).map_err(RunError::Input)?;
+        crate::atomic::write_atomic(&path, &bytes)
+            .map_err(|e| RunError::Input(format!("{}: {e}", path.display())))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The closing result lines: the seed's three, with the device named and the f64 error beside its
+/// bound, and on failure the first element that differs.
+fn result_lines(o: &RunOutcome, opts: &RunOptions, pkg: &Package) -> Vec<String> {
+    let verdict = if o.numerical_pass { "PASS" } else { "FAIL" };
+    let non_finite: u64 = o.non_finite_outputs.values().sum();
+    let mut lines =
+        vec![format!("referenceMaximumAbsoluteError={} numericalTest={verdict}", fmt_err(o.max_abs_error))];
+    lines.push(format!(
+        "f64MaximumAbsoluteError={} f64ErrorBound={} nonFiniteOutputs={non_finite} comparedElements={}",
+        fmt_err(o.max_abs_error_f64),
+        fmt_err(o.bound_f64),
+        o.compared_elements
+    ));
+    if let Some(m) = &o.first_mismatch {
+        lines.push(format!("firstMismatch={m}"));
+    }
+    let hw = if o.hardware_pass(opts.iterations) { "PASS" } else { "FAIL" };
+    lines.push(format!(
+        "package={} tiles={} device={} hardwareTest={hw}",
+        opts.package_path, pkg.tile_count, o.device
+    ));
+    lines
 }
 
 /// Read every tile's profile stamps (docs/profile.md).

@@ -63,8 +63,9 @@ fn build_json_and_run_json_report_the_contract_fields() {
         .args(["--device", "sim", "--json", "--output-dir"])
         .arg(d.path().join("out")));
     assert_eq!(code, 0, "{err}");
-    let json_line = stdout.lines().find(|l| l.starts_with('{')).expect("json line");
-    let r: serde_json::Value = serde_json::from_str(json_line).unwrap();
+    // With --json, stdout is exactly one JSON document; the result lines go to stderr.
+    let r: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is one JSON object");
+    assert!(r.is_object());
     for f in [
         "device",
         "cycles",
@@ -73,14 +74,24 @@ fn build_json_and_run_json_report_the_contract_fields() {
         "numerical_test",
         "hardware_test",
         "outputs",
+        "non_finite_outputs",
+        "max_abs_error_vs_f64",
+        "f64_error_bound",
+        "compared_elements",
+        "device_seconds",
+        "reference_seconds",
     ] {
         assert!(r.get(f).is_some(), "run --json lacks {f}: {r}");
     }
+    assert_eq!(r["non_finite_outputs"]["C"], 0);
+    assert!(r["compared_elements"].as_u64().unwrap() > 0);
+    let (e, b) = (r["max_abs_error_vs_f64"].as_f64().unwrap(), r["f64_error_bound"].as_f64().unwrap());
+    assert!(b > 0.0 && e <= b, "f64 error {e} within its bound {b}");
     assert_eq!(r["device"], "sim");
     assert_eq!(r["numerical_test"], "PASS");
     assert!(d.path().join("out/C.npy").exists());
-    assert!(stdout.contains("referenceInference=1 numericalTest=PASS"));
-    assert!(stdout.contains("tiles=64 hardwareTest=PASS"));
+    assert!(err.contains("referenceInference=1 numericalTest=PASS"), "{err}");
+    assert!(err.contains("tiles=64 device=sim hardwareTest=PASS"), "{err}");
 }
 
 #[test]

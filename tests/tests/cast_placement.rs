@@ -1,6 +1,6 @@
 //! Casts of matmul side operands placed relative to the exchange (issue 4, deliver 3; docs/search.md):
 //! every placement runs bit-exact on the simulator for several shapes and tile counts, the cost
-//! model follows each within 5%, casting before the all-gather halves the bytes the exchange moves,
+//! model follows each within 1% (0.5% with column groups), casting before the all-gather halves the bytes the exchange moves,
 //! and on the Q·Kᵀ example the search's choice is faster than the replicated baseline.
 
 use ipu_core::plan::chain::SideCast;
@@ -65,6 +65,7 @@ fn measure_groups(
         package_path: "m.ipuexe".into(),
         inputs: BTreeMap::new(),
         output_dir: None,
+        save_inputs: None,
         seed: 5,
         iterations: 2,
         profile: false,
@@ -72,6 +73,14 @@ fn measure_groups(
     let out = session::run(&b.package, &mut dev, &run).expect("runs on the simulator");
     assert!(out.numerical_pass, "{side_cast:?} on {tiles} tiles");
     assert_eq!(out.max_abs_error, 0.0, "{side_cast:?} on {tiles} tiles: not bit-exact");
+    // Against f64 (no rounding anywhere, FP8 casts included): within the derived bound.
+    assert!(out.max_abs_error_f64 > 0.0, "FP8 rounding must show against f64");
+    assert!(
+        out.max_abs_error_f64 <= out.bound_f64 && out.worst_ratio_f64 <= 1.0,
+        "{side_cast:?} on {tiles} tiles: f64 error {} over bound {}",
+        out.max_abs_error_f64,
+        out.bound_f64
+    );
     Measured {
         cycles: out.cycles[0],
         predicted: b.package.plan.predicted_cycles,
@@ -98,7 +107,7 @@ fn every_placement_is_exact_for_odd_shapes_and_tile_counts() {
                 m.predicted,
                 m.exchange_bytes
             ));
-            assert!(err <= 0.05, "cost model off by {:.1}%:\n{report}", 100.0 * err);
+            assert!(err <= 0.01, "cost model off by {:.1}%:\n{report}", 100.0 * err);
             // Every case has more than one tile per head: only the replicated cast moves nothing.
             assert_eq!(m.exchange_bytes == 0, c == SideCast::Replicated, "{report}");
         }
@@ -116,7 +125,7 @@ fn two_side_casts_share_one_all_gather_and_p_is_cast_to_fp8() {
     for c in SideCast::ALL {
         let m = measure(&src, 8, Some(c), 2);
         bytes.push(m.exchange_bytes);
-        assert!(m.predicted.abs_diff(m.cycles) * 20 <= m.cycles, "{c:?}: {} vs {}", m.cycles, m.predicted);
+        assert!(m.predicted.abs_diff(m.cycles) * 100 <= m.cycles, "{c:?}: {} vs {}", m.cycles, m.predicted);
     }
     // K8 and V8 (37×40 each, in 32×16 FP8 blocks: 2 × 3 blocks of 512 bytes per head, 2 heads).
     assert_eq!(bytes, [0, 2 * 2 * 6 * 512, 2 * 2 * 2 * 6 * 512]);
@@ -157,7 +166,7 @@ fn attention_example_search_is_no_slower_than_its_baseline() {
 }
 
 /// Q·Kᵀ-like chains (no op reads the result) with `b` transposed or not, alpha, f32 accumulation:
-/// column groups with every placement are bit-exact and costed within 5%.
+/// column groups with every placement are bit-exact and costed within 0.5% (docs/search.md).
 #[test]
 fn column_groups_are_exact_for_every_layout() {
     let model = |m: u64, k: u64, n: u64, tb: bool, extra: &str, acc: &str| {
@@ -186,7 +195,7 @@ fn column_groups_are_exact_for_every_layout() {
                     m.cycles,
                     m.predicted
                 ));
-                assert!(m.predicted.abs_diff(m.cycles) * 20 <= m.cycles, "{report}");
+                assert!(m.predicted.abs_diff(m.cycles) * 200 <= m.cycles, "{report}");
             }
         }
     }
@@ -199,7 +208,7 @@ fn column_groups_are_exact_for_every_layout() {
             "f16 with alpha, 16 tiles, {g} groups: {} cycles (predicted {})\n",
             m.cycles, m.predicted
         ));
-        assert!(m.predicted.abs_diff(m.cycles) * 20 <= m.cycles, "{report}");
+        assert!(m.predicted.abs_diff(m.cycles) * 200 <= m.cycles, "{report}");
     }
     println!("{report}");
 }

@@ -58,7 +58,9 @@ accumulate = "f16"
     )
 }
 
-/// Build for `tiles`, run two resident inferences; returns (cycles, predicted, max |dev − f64|).
+/// Build for `tiles`, run two resident inferences; returns (cycles, predicted, largest
+/// |dev − f64| / bound). The f64 path rounds nowhere (not even the FP8 casts), and the verdict
+/// gates each element on the bound the reference derives from the ops' rounding points.
 fn run(src: &str, tiles: usize, out_dir: Option<&std::path::Path>) -> (u64, u64, f64) {
     let built =
         build("model.toml", src, &BuildOptions { threads: 2, grid: None, ..BuildOptions::new(tiles) })
@@ -69,6 +71,7 @@ fn run(src: &str, tiles: usize, out_dir: Option<&std::path::Path>) -> (u64, u64,
         package_path: "model.ipuexe".into(),
         inputs: BTreeMap::new(),
         output_dir: out_dir.map(|p| p.to_path_buf()),
+        save_inputs: None,
         seed: 11,
         iterations: 2,
         profile: false,
@@ -76,17 +79,18 @@ fn run(src: &str, tiles: usize, out_dir: Option<&std::path::Path>) -> (u64, u64,
     let out = session::run(&pkg, &mut dev, &opts).expect("runs");
     assert!(out.numerical_pass);
     assert_eq!(out.max_abs_error, 0.0, "bit exact against the device-precision reference");
-    (out.cycles[0], pkg.plan.predicted_cycles, out.max_abs_error_f64)
+    assert!(out.max_abs_error_f64 > 0.0, "FP8 and f16 rounding must show against f64");
+    assert!(out.worst_ratio_f64 <= 1.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+    (out.cycles[0], pkg.plan.predicted_cycles, out.worst_ratio_f64)
 }
 
 #[test]
 fn seed_attention_shape_on_64_tiles() {
     let src =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/attention.toml")).unwrap();
-    let (cycles, predicted, err) = run(&src, 64, None);
-    // FP8 quantisation of Q and K dominates the difference to the f64 evaluation of the same graph.
-    assert!(err < 5e-3, "{err}");
-    assert!(cycles.abs_diff(predicted) * 20 < cycles, "cost model within 5%: {cycles} vs {predicted}");
+    let (cycles, predicted, ratio) = run(&src, 64, None);
+    assert!(ratio <= 1.0, "{ratio}");
+    assert!(cycles.abs_diff(predicted) * 100 <= cycles, "cost model within 1%: {cycles} vs {predicted}");
 }
 
 #[test]
@@ -99,23 +103,23 @@ fn odd_attention_shapes_and_tile_counts() {
         (1, 6, 3, 16, 2),
         (2, 9, 100, 32, 8),
     ] {
-        let (_, _, err) = run(&attention(h, q, k, d, "f8e4m3", 0), tiles, None);
-        assert!(err < 1e-2, "{h}x{q}x{k}x{d} on {tiles}: {err}");
+        let (_, _, ratio) = run(&attention(h, q, k, d, "f8e4m3", 0), tiles, None);
+        assert!(ratio <= 1.0, "{h}x{q}x{k}x{d} on {tiles}: {ratio}");
     }
 }
 
 #[test]
 fn e5m2_with_scales() {
     // Q is stored as Q / 2^-3 (codes 8× larger): the AMP's FP_ISCL brings the product back.
-    let (_, _, err) = run(&attention(2, 9, 11, 32, "f8e5m2", -3), 8, None);
-    assert!(err < 2e-2, "{err}");
+    let (_, _, ratio) = run(&attention(2, 9, 11, 32, "f8e5m2", -3), 8, None);
+    assert!(ratio <= 1.0, "{ratio}");
 }
 
 #[test]
 fn qk_example_on_64_and_13_tiles() {
     let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/qk.toml")).unwrap();
     let (c64, p64, e64) = run(&src, 64, None);
-    assert!(e64 < 2e-2 && c64.abs_diff(p64) * 20 < c64, "{c64} {p64} {e64}");
+    assert!(e64 <= 1.0 && c64.abs_diff(p64) * 100 <= c64, "{c64} {p64} {e64}");
     let (c13, _, _) = run(&src, 13, None);
     assert!(c13 > c64, "fewer tiles take longer: {c13} vs {c64}");
 }
@@ -142,7 +146,8 @@ scale = -2
     // The same generated Q through ipu_core::fp8 (bit-exact with ml_dtypes: fp8_mldtypes.rs).
     let built =
         build("cast.toml", src, &BuildOptions { threads: 1, grid: None, ..BuildOptions::new(5) }).unwrap();
-    let q = session::generated(&built.package.bindings[0], 11);
+    // The file holds the second inference, generated from its own seed.
+    let q = session::generated(&built.package.bindings[0], session::iteration_seed(11, 2));
     for (i, (c, x)) in codes.iter().zip(&q.data).enumerate() {
         let want =
             ipu_core::fp8::from_f16_scaled(half::f16::from_f32(*x), ipu_core::fp8::Fp8Format::E4M3, -2);

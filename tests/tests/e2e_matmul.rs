@@ -19,7 +19,11 @@ fn model(m: u64, k: u64, n: u64, acc: &str, ta: bool, tb: bool) -> String {
     )
 }
 
-/// Build and run; returns (device cycles, predicted cycles, max |device − f64|, output tensor).
+/// Build and run; returns (device cycles, predicted cycles, largest |device − f64| / bound).
+/// The bound of each element is derived here from the device's rounding points
+/// (docs/target.md §4.4): the partial sums are rounded to the accumulation type once per K block
+/// (16 values) and once per K-split piece, and the AMP's f32 sums add at most K + 8 f32 roundings,
+/// so |C − C₆₄| ≤ γ(blocks + tk, u_acc)·Σ|a||b| + γ(K + 8, 2⁻²⁴)·Σ|a||b|.
 fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
     let built = build("mm.toml", src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) })
         .expect("builds");
@@ -31,6 +35,7 @@ fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
         package_path: "mm.ipuexe".into(),
         inputs: BTreeMap::new(),
         output_dir: Some(dir.path().to_path_buf()),
+        save_inputs: None,
         seed: 3,
         iterations: 2,
         profile: false,
@@ -44,52 +49,63 @@ fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64, f64) {
     assert!(out.cycles[0].abs_diff(out.cycles[1]) < 6, "{:?}", out.cycles);
     // Independent check: recompute C in f64 from the generated inputs and the written output.
     let graph = ipu_host::model::parse("mm.toml", src).unwrap();
-    let a = session::generated(pkg.bindings.iter().find(|b| b.name == "A").unwrap(), 3);
-    let b = session::generated(pkg.bindings.iter().find(|b| b.name == "B").unwrap(), 3);
+    // The output files hold the last (second) inference, whose inputs come from its own seed.
+    let seed = session::iteration_seed(3, 2);
+    let a = session::generated(pkg.bindings.iter().find(|b| b.name == "A").unwrap(), seed);
+    let b = session::generated(pkg.bindings.iter().find(|b| b.name == "B").unwrap(), seed);
     let c = ipu_host::npy::read(&dir.path().join("C.npy")).unwrap();
-    let ipu_core::graph::OpKind::MatMul { transpose_a: ta, transpose_b: tb, .. } = graph.ops[0].kind else {
+    let ipu_core::graph::OpKind::MatMul { transpose_a: ta, transpose_b: tb, accumulate, .. } =
+        graph.ops[0].kind
+    else {
         panic!("a matmul model")
     };
+    let u_acc = if accumulate == ipu_schema::DType::F16 { 2f64.powi(-11) } else { 2f64.powi(-24) };
+    let tk = pkg.plan.grids[0][2] as u64;
     let (m, k) = if ta { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
     let n = c.shape[1];
     let mut worst = 0f64;
     for i in 0..m {
         for j in 0..n {
-            let mut s = 0f64;
+            let (mut s, mut mag) = (0f64, 0f64);
             for kk in 0..k {
                 let av = if ta { a.data[(kk * m + i) as usize] } else { a.data[(i * k + kk) as usize] };
                 let bv = if tb { b.data[(j * k + kk) as usize] } else { b.data[(kk * n + j) as usize] };
                 s += av as f64 * bv as f64;
+                mag += (av as f64 * bv as f64).abs();
             }
-            worst = worst.max((c.data[(i * n + j) as usize] as f64 - s).abs());
+            let bound = (gamma(k.div_ceil(16) + tk, u_acc) + gamma(k + 8, 2f64.powi(-24))) * mag;
+            let err = (c.data[(i * n + j) as usize] as f64 - s).abs();
+            assert!(err <= bound, "C[{i},{j}]: error {err} over the derived bound {bound}");
+            worst = worst.max(err / bound);
         }
     }
+    // The verdict derived the same kind of bound from the reference and gated on it.
+    assert!(out.max_abs_error_f64 <= out.bound_f64 && out.worst_ratio_f64 <= 1.0, "{out:?}");
     (out.cycles[0], pkg.plan.predicted_cycles, worst)
 }
 
-/// f16 rounding of partial sums bounds the error by about K · 2^-11 · |partial| (inputs in [-1, 1)).
-fn f16_bound(k: u64) -> f64 {
-    (k as f64) * 2f64.powi(-11) * (k as f64).sqrt() + 1e-3
+fn gamma(n: u64, u: f64) -> f64 {
+    n as f64 * u / (1.0 - n as f64 * u)
 }
 
 #[test]
 fn odd_shapes_on_37_tiles_f16() {
-    let (cycles, predicted, err) = run(&model(45, 37, 29, "f16", false, false), 37, None);
-    assert!(err < f16_bound(37), "error vs f64 {err}");
+    let (cycles, predicted, ratio) = run(&model(45, 37, 29, "f16", false, false), 37, None);
+    assert!(ratio > 0.0, "f16 partial sums round: some error is expected");
     assert!(cycles > 0 && predicted > 0);
 }
 
 #[test]
 fn f32_accumulate_with_both_transposes() {
-    let (_, _, err) = run(&model(33, 50, 20, "f32", true, true), 16, None);
-    assert!(err < 1e-4, "f32 partials: error vs f64 {err}");
+    let (_, _, ratio) = run(&model(33, 50, 20, "f32", true, true), 16, None);
+    assert!(ratio <= 1.0);
 }
 
 #[test]
 fn transpose_a_only_and_transpose_b_only() {
     let (_, _, e1) = run(&model(24, 40, 18, "f16", true, false), 8, None);
     let (_, _, e2) = run(&model(24, 40, 18, "f16", false, true), 8, None);
-    assert!(e1 < f16_bound(40) && e2 < f16_bound(40));
+    assert!(e1 <= 1.0 && e2 <= 1.0);
 }
 
 #[test]
@@ -104,16 +120,15 @@ fn k_split_reduces_partials_over_the_exchange() {
     assert_eq!(built.package.run_call().phases, 3, "compute, exchange, reduce");
     assert!(built.package.plan.predicted_exchange_cycles > 0);
     let (cycles, predicted, err) = run(&model(40, 100, 24, "f16", false, false), 24, Some([4, 2, 3]));
-    assert!(err < f16_bound(100), "error vs f64 {err}");
+    assert!(err <= 1.0);
     let (c32, _, e32) = run(&model(40, 100, 24, "f32", false, false), 24, Some([2, 3, 4]));
-    assert!(e32 < 1e-4, "{e32}");
+    assert!(e32 <= 1.0);
     assert!(cycles > 0 && predicted > 0 && c32 > 0);
 }
 
 #[test]
 fn single_tile_and_whole_chip() {
     let (_, _, e1) = run(&model(7, 16, 16, "f16", false, false), 1, None);
-    assert!(e1 < f16_bound(16));
     let (_, _, e2) = run(&model(64, 64, 64, "f16", false, false), 1472, None);
-    assert!(e2 < f16_bound(64));
+    assert!(e1 <= 1.0 && e2 <= 1.0);
 }

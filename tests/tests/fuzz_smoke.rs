@@ -145,6 +145,7 @@ fn profile_reader() {
         package_path: "qk.ipuexe".into(),
         inputs: Default::default(),
         output_dir: None,
+        save_inputs: None,
         seed: 1,
         iterations: 1,
         profile: true,

@@ -19,10 +19,11 @@ fn two_tiles(mux_delay: u32, drain: u32) -> (SimDevice, Result<ipu_host::RunRepo
 #[test]
 fn two_tile_exchange_lands_when_mux_is_exact() {
     assert_eq!(ipu_core::topology::latency(0, 1), 13);
-    let (mut dev, r) = two_tiles(12, 1);
+    let (mut dev, r) = two_tiles(10, 1);
     let r = r.expect("runs");
-    // Sender: send@91 (4), delay@95 (1), sync@96. Receiver: delayxpic@92 (13), sync@105.
-    // Release 105 + 90 = 195; sync 15 @195 on both, release 285.
+    // Sender: send@91 (4), delay@95 (1), sync@96. Receiver: setzi@90, put@91 ($INCOMING_DCOUNT),
+    // setzi@92, put@93, delayxpic@94 (11), sync@105. Release 105 + 90 = 195; sync 15 @195 on
+    // both, release 285.
     assert_eq!(r.cycle, 285);
     assert_eq!(r.syncs, 2);
     let buf = 0x60000;
@@ -34,7 +35,7 @@ fn two_tile_exchange_lands_when_mux_is_exact() {
 
 #[test]
 fn mux_set_one_cycle_late_is_an_exchange_fault() {
-    let (_, r) = two_tiles(13, 1);
+    let (_, r) = two_tiles(11, 1);
     let err = r.unwrap_err();
     match &err {
         DeviceError::Exchange(ExchangeFault::Lost {
@@ -52,6 +53,63 @@ fn mux_set_one_cycle_late_is_an_exchange_fault() {
         err.to_string(),
         "exchange fault: word 0 sent by tile 0 at cycle 91 was received by no tile; it reached tile 1 at \
          cycle 104 but tile 1's incoming mux selected 0x640 (it selects tile 0 from cycle 105)"
+    );
+}
+
+#[test]
+fn landing_write_outside_tile_memory_is_an_exchange_fault() {
+    // Four words from 0xe7ff8: the third would be written at 0xe8000, the end of tile memory. It
+    // arrives at 91 + 2 + 13 = 106.
+    let tx = program(&include_str!("../programs/exch_sender.s").replace("DRAIN", "1"));
+    let rx_src = format!(".equ MUXDELAY, 10\n{}", include_str!("../programs/exch_receiver.s"))
+        .replace("setzi $m1, buf", "setzi $m1, 0xe7ff8");
+    let rx = program(&rx_src);
+    let mut dev = device(2, 1);
+    load(&mut dev, 0, &tx);
+    load(&mut dev, 1, &rx);
+    let err = dev.run_to_host_sync().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DeviceError::Exchange(ExchangeFault::OutOfRange { receiver: 1, addr: 0xe8000, cycle: 106 })
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "exchange fault: tile 1 received a word at cycle 106 for address 0xe8000 outside tile memory"
+    );
+}
+
+#[test]
+fn words_landing_on_a_tile_that_expects_none_fault_at_the_sync() {
+    // docs/target.md §5: the count is 0 after every sync, so receiving without setting it faults.
+    let tx = program(&include_str!("../programs/exch_sender.s").replace("DRAIN", "1"));
+    let rx_src = format!(".equ MUXDELAY, 10\n{}", include_str!("../programs/exch_receiver.s"))
+        .replace("    setzi $m2, 4\n    put 0xa6, $m2\n", "");
+    assert!(!rx_src.contains("0xa6"), "the count must be gone from the program");
+    let mut dev = device(2, 1);
+    load(&mut dev, 0, &tx);
+    load(&mut dev, 1, &program(&rx_src));
+    let err = dev.run_to_host_sync().unwrap_err();
+    assert!(
+        matches!(err, DeviceError::Exchange(ExchangeFault::Unexpected { receiver: 1, extra: 4 })),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "exchange fault: tile 1 received 4 more words than its $INCOMING_DCOUNT expected before the sync"
+    );
+    // Expecting fewer than arrive is the same fault.
+    let rx_src = format!(".equ MUXDELAY, 10\n{}", include_str!("../programs/exch_receiver.s"))
+        .replace("setzi $m2, 4", "setzi $m2, 3");
+    let mut dev = device(2, 1);
+    load(&mut dev, 0, &tx);
+    load(&mut dev, 1, &program(&rx_src));
+    let err = dev.run_to_host_sync().unwrap_err();
+    assert!(
+        matches!(err, DeviceError::Exchange(ExchangeFault::Unexpected { receiver: 1, extra: 1 })),
+        "{err}"
     );
 }
 

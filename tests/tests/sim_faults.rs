@@ -102,3 +102,44 @@ fn host_requests_outside_memory_are_refused() {
     assert_eq!(err.to_string(), "tile 1: 4 bytes at 0xe7ffe are outside tile memory 0x4c000..0xe8000");
     assert!(dev.write_memory(5, 0x4c000, &[0; 4]).is_err());
 }
+
+#[test]
+fn run_with_no_free_worker_slot() {
+    // docs/target.md §3: `runall` needs all six slots free; one running worker leaves it none.
+    let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n runall $m0, $m0\n halt\n.align 8\nw:\n bri w\n");
+    assert_eq!((f.ctx, f.pc, f.kind), (CtxId::Sup, 0x4c008, FaultKind::NoFreeWorker));
+    assert!(f.to_string().ends_with("no free worker slot"), "{f}");
+    // With six workers running the supervisor cannot issue a seventh `run` at all (§3): it
+    // stalls until a worker exits, so that program runs into the cycle budget instead.
+    let src = format!("main:\n setzi $m0, w\n{}halt\n.align 8\nw:\n bri w\n", " run $m0, $m0\n".repeat(7));
+    assert!(matches!(run_one(&src).2, Err(DeviceError::Budget { .. })));
+}
+
+#[test]
+fn sync_on_an_undefined_zone() {
+    for z in [0u32, 1, 4, 14] {
+        let f = fault_of(&format!("main:\n sync {z}\n halt\n"));
+        assert_eq!((f.ctx, f.pc, f.kind), (CtxId::Sup, 0x4c000, FaultKind::InvalidZone(z)), "zone {z}");
+        assert!(f.to_string().ends_with(&format!("sync zone {z} is not defined by the model")), "{f}");
+    }
+}
+
+#[test]
+fn paired_send_is_refused() {
+    // docs/target.md §5: the 64-bit pair path (`c & 4`) is not implemented: invalid instruction.
+    let f = fault_of("main:\n send 1, data, 4\n halt\n.org 0x60000\ndata: .word 7\n");
+    assert_eq!((f.ctx, f.pc, f.kind), (CtxId::Sup, 0x4c000, FaultKind::PairedSendUnsupported));
+}
+
+#[test]
+fn misaligned_instruction_fetch() {
+    let f = fault_of("main:\n setzi $m1, 0x4c102\n br $m1\n");
+    assert_eq!((f.pc, f.kind), (0x4c102, FaultKind::FetchMisaligned));
+    assert!(f.to_string().contains("misaligned instruction fetch"), "{f}");
+}
+
+#[test]
+fn halt_with_workers_running() {
+    let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n halt\nw:\n bri w\n");
+    assert_eq!((f.ctx, f.pc, f.kind), (CtxId::Sup, 0x4c008, FaultKind::WorkersRunning));
+}

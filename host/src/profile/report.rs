@@ -90,9 +90,9 @@ pub fn render(p: &Profile, pkg: &Package, package_path: &str) -> String {
     ] {
         let _ = write!(summary, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(&v));
     }
-    let phases = html_table(&table(p, GroupBy::Phase, 0), "Where the cycles go, per phase (tile-cycles)");
-    let kernels = html_table(&table(p, GroupBy::Kernel, 0), "Kernels");
-    let top_cycles = html_table(&table(p, GroupBy::Tile, 10), "Top tiles by compute cycles");
+    let phases = html_table(&table(p, GroupBy::Phase, None), "Where the cycles go, per phase (tile-cycles)");
+    let kernels = html_table(&table(p, GroupBy::Kernel, None), "Kernels");
+    let top_cycles = html_table(&table(p, GroupBy::Tile, Some(10)), "Top tiles by compute cycles");
     let mut by_mem: Vec<&super::TileProfile> = p.tiles.iter().collect();
     by_mem.sort_by(|a, b| memory_total(&b.memory).cmp(&memory_total(&a.memory)).then(a.tile.cmp(&b.tile)));
     let mem_rows = Table {

@@ -43,8 +43,12 @@ pub fn memory_total(m: &TileMemory) -> u64 {
     [m.code, m.tensors, m.descriptors, m.exchange, m.host, m.profile].iter().map(|&b| u64::from(b)).sum()
 }
 
-/// Build the table for a grouping (`top` limits tile rows).
-pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
+/// Default rows when grouping by tile.
+pub const DEFAULT_TOP_TILES: usize = 20;
+
+/// Build the table for a grouping. `top` keeps the busiest rows of a tile table (default
+/// [`DEFAULT_TOP_TILES`]) or kernel table (default all); phase tables list every phase.
+pub fn table(p: &Profile, group: GroupBy, top: Option<usize>) -> Table {
     match group {
         GroupBy::Phase => {
             // Shares in `SampleKind::ALL` order, as `by_kind` returns them.
@@ -81,6 +85,7 @@ pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
                 })
                 .collect();
             rows.sort_by(|a, b| b.1[1].total_cmp(&a.1[1]).then(a.0.cmp(&b.0)));
+            rows.truncate(top.unwrap_or(usize::MAX));
             Table {
                 key: "kernel",
                 columns: vec!["launches", "tile_cycles", "mean", "max", "compute_%"],
@@ -101,7 +106,15 @@ pub fn table(p: &Profile, group: GroupBy, top: usize) -> Table {
             rows.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.parse::<u32>().ok().cmp(&b.1.parse::<u32>().ok())));
             let mut columns: Vec<&'static str> = SampleKind::ALL.iter().map(|k| k.name()).collect();
             columns.push("memory_bytes");
-            Table { key: "tile", columns, rows: rows.into_iter().take(top).map(|(_, k, v)| (k, v)).collect() }
+            Table {
+                key: "tile",
+                columns,
+                rows: rows
+                    .into_iter()
+                    .take(top.unwrap_or(DEFAULT_TOP_TILES))
+                    .map(|(_, k, v)| (k, v))
+                    .collect(),
+            }
         }
     }
 }

@@ -89,7 +89,11 @@ impl TileLog {
 /// Words one receiver takes: `(arrival, sender, index in sender's stream, address, word)`.
 type Landing = (u64, u16, usize, u32, u32);
 
-fn receive(d: u16, logs: &[TileLog], release: u64) -> Result<(Vec<Landing>, u32), ExchangeFault> {
+/// What one receiver took: its landings, its pointer at the end, and a count fault (reported
+/// only after lost words, which are the likelier cause of a wrong count).
+type Received = (Vec<Landing>, u32, Option<ExchangeFault>);
+
+fn receive(d: u16, logs: &[TileLog], release: u64) -> Result<Received, ExchangeFault> {
     let log = &logs[d as usize];
     let tl = log.mux_timeline();
     let mut arrivals: Vec<(u64, u16, usize)> = Vec::new();
@@ -131,13 +135,21 @@ fn receive(d: u16, logs: &[TileLog], release: u64) -> Result<(Vec<Landing>, u32)
         ptr = ptrs[next_ptr].1;
         next_ptr += 1;
     }
-    if let Some((set, expected)) = log.dcount {
-        let landed = out.iter().filter(|l| l.0 >= set).count() as u32;
-        if landed != expected {
-            return Err(ExchangeFault::Missing { receiver: d, expected: expected.saturating_sub(landed) });
-        }
-    }
-    Ok((out, ptr))
+    // docs/target.md §5: every landing decrements `$INCOMING_DCOUNT`, and any tile whose count is
+    // not 0 at the closing sync faults. A successful sync leaves every count at 0, so a tile that
+    // did not set the count this superstep expects no words at all.
+    let (expected, landed) = match log.dcount {
+        Some((set, n)) => (n as u64, out.iter().filter(|l| l.0 >= set).count() as u64),
+        None => (0, out.len() as u64),
+    };
+    let count = if landed < expected {
+        Some(ExchangeFault::Missing { receiver: d, expected: (expected - landed) as u32 })
+    } else if landed > expected {
+        Some(ExchangeFault::Unexpected { receiver: d, extra: (landed - expected) as u32 })
+    } else {
+        None
+    };
+    Ok((out, ptr, count))
 }
 
 /// Explain a lost word: find the tile whose mux selected the sender nearest in time.
@@ -192,7 +204,7 @@ pub fn resolve(logs: &mut [TileLog], mems: &mut [Vec<u8>], release: u64) -> Resu
         return Ok(0);
     }
     let shared: &[TileLog] = logs;
-    let results: Vec<Result<(Vec<Landing>, u32), ExchangeFault>> =
+    let results: Vec<Result<Received, ExchangeFault>> =
         (0..shared.len()).into_par_iter().map(|d| receive(d as u16, shared, release)).collect();
     let mut received = Vec::with_capacity(results.len());
     for r in results {
@@ -200,7 +212,7 @@ pub fn resolve(logs: &mut [TileLog], mems: &mut [Vec<u8>], release: u64) -> Resu
     }
     // Every sent word must land somewhere.
     let mut taken: Vec<Vec<bool>> = shared.iter().map(|l| vec![false; l.send_words.len()]).collect();
-    for (land, _) in &received {
+    for (land, _, _) in &received {
         for &(_, s, idx, _, _) in land {
             taken[s as usize][idx] = true;
         }
@@ -210,14 +222,17 @@ pub fn resolve(logs: &mut [TileLog], mems: &mut [Vec<u8>], release: u64) -> Resu
             return Err(explain_lost(s as u16, idx, shared));
         }
     }
+    if let Some(f) = received.iter().find_map(|r| r.2.clone()) {
+        return Err(f);
+    }
     let mut words = 0u64;
-    mems.par_iter_mut().zip(received.par_iter()).for_each(|(mem, (land, _))| {
+    mems.par_iter_mut().zip(received.par_iter()).for_each(|(mem, (land, _, _))| {
         for &(_, _, _, addr, w) in land {
             let o = (addr - TILE_MEM_BASE) as usize;
             mem[o..o + 4].copy_from_slice(&w.to_le_bytes());
         }
     });
-    for (log, (land, end)) in logs.iter_mut().zip(received) {
+    for (log, (land, end, _)) in logs.iter_mut().zip(received) {
         words += land.len() as u64;
         log.close(end);
     }
