@@ -73,20 +73,44 @@ pub enum BuildError {
     /// The model file.
     #[error("{0}")]
     Model(#[from] ModelError),
-    /// Planning.
-    #[error("{file}: {err}")]
-    Plan {
-        /// Model file.
-        file: String,
-        /// Error.
-        err: plan::PlanError,
-    },
+    /// Planning: `file:line: op N (kind): …` where the refusal concerns one op.
+    #[error("{0}")]
+    Plan(String),
     /// Linking.
     #[error("{0}")]
     Link(#[from] LinkError),
     /// Settings.
     #[error("{0}")]
     Options(String),
+}
+
+/// A planner refusal as a person reads it: the model file, the line of the op concerned and its
+/// kind, as the parser's errors have them. Memory refusals name the op that defines the tensor.
+pub fn plan_error_message(
+    file: &str,
+    src: &str,
+    g: &ipu_core::graph::Graph,
+    err: &plan::PlanError,
+) -> String {
+    let lines = crate::model::op_lines(src);
+    let at = |i: usize| {
+        let line = lines.get(i).copied().unwrap_or(0);
+        let kind = plan::op_phase(g, i);
+        let kind = kind.split(' ').next().unwrap_or("op");
+        format!("{file}:{line}: op {i} ({kind})")
+    };
+    match err {
+        plan::PlanError::Unsupported(i, w) => format!("{}: {w}", at(*i)),
+        plan::PlanError::Memory { tile, buffer, over } => {
+            let name = buffer.strip_prefix("tensor `").and_then(|b| b.strip_suffix('`'));
+            let op = name.and_then(|n| g.ops.iter().position(|o| g.tensor(o.output).name == n));
+            let what = format!("tile {tile}: {buffer} does not fit in tile memory ({over} bytes over)");
+            match op {
+                Some(i) => format!("{}: {what}", at(i)),
+                None => format!("{file}: {what}"),
+            }
+        }
+    }
 }
 
 /// Configuration writes replayed before loading: enable the host sync groups GS1 and GS2
@@ -166,7 +190,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     let plan_opts =
         PlanOptions { grid, profile: opts.profile, side_cast, column_groups, ..PlanOptions::new(opts.tiles) };
     let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
-        .map_err(|err| BuildError::Plan { file: file.into(), err })?;
+        .map_err(|err| BuildError::Plan(plan_error_message(file, src, &graph, &err)))?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }

@@ -86,6 +86,16 @@ pub fn parse_dtype(s: &str) -> Option<DType> {
     })
 }
 
+/// The 1-based line of each op's `[[ops]]` entry (empty if the file does not parse), so that
+/// later stages can point at the op they refuse.
+pub fn op_lines(src: &str) -> Vec<usize> {
+    let cx = Ctx { file: "", src };
+    match toml::from_str::<RawModel>(src) {
+        Ok(raw) => raw.ops.iter().map(|o| cx.line(o.span().start)).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Parse and check a model. `file` is used in messages.
 pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
     let cx = Ctx { file, src };

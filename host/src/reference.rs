@@ -8,7 +8,7 @@
 use half::f16;
 use ipu_core::fp8::{self, Fp8Format};
 use ipu_core::graph::{matmul_shape, Graph, OpKind};
-use ipu_core::plan::matmul::split;
+use ipu_core::plan::matmul::{fan_in, reduction_rounds, split, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -60,6 +60,8 @@ struct MatMulArgs<'a> {
     tb: bool,
     acc: DType,
     tk: u64,
+    /// The K-split reduction rounds (`plan::matmul::reduction_rounds`).
+    rounds: Vec<Vec<(u64, Vec<u64>)>>,
     iscl: i32,
     alpha: Option<f32>,
 }
@@ -113,7 +115,7 @@ fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
             (0..n)
                 .map(|j| {
                     let pin_phase = (j % cols) / group;
-                    let mut total = 0f32;
+                    let mut pieces = Vec::with_capacity(p.tk as usize);
                     for l in 0..p.tk {
                         let (kb0, kb1) = split(kb, p.tk, l);
                         let mut pin = 0f32;
@@ -141,8 +143,18 @@ fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
                             }
                             pin = round(acc, p.acc);
                         }
-                        total = if l == 0 { pin } else { round(total + pin, p.acc) };
+                        pieces.push(pin);
                     }
+                    // The K-split pieces are added in the planner's reduction tree.
+                    for step in &p.rounds {
+                        for (recv, senders) in step {
+                            for s in senders {
+                                pieces[*recv as usize] =
+                                    round(pieces[*recv as usize] + pieces[*s as usize], p.acc);
+                            }
+                        }
+                    }
+                    let total = pieces[0];
                     match p.alpha {
                         Some(al) => f16::from_f32(total * al).to_f32(),
                         None => total,
@@ -235,8 +247,13 @@ pub fn evaluate(
         let (value, ex, bd): (HostTensor, Vec<f64>, Vec<f64>) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
-                let tk = grids.get(i).map(|g| g[2] as u64).unwrap_or(1);
+                let grid = grids.get(i).map(|g| Grid { tm: g[0] as u64, tn: g[1] as u64, tk: g[2] as u64 });
+                let grid = grid.unwrap_or(Grid { tm: 1, tn: 1, tk: 1 });
+                let tk = grid.tk;
+                let mm = MatMul::new(g, *a, *b, op.output, *transpose_a, *transpose_b, *accumulate);
+                let rounds = reduction_rounds(tk, fan_in(&mm, grid));
                 let args = MatMulArgs {
+                    rounds,
                     a: at,
                     b: bt,
                     ta: *transpose_a,

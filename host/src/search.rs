@@ -157,13 +157,16 @@ pub fn searchable(g: &Graph) -> Option<MatMul> {
         return None;
     }
     match g.ops[0].kind {
-        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha: None }
+        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha }
             if g.tensor(a).shape.len() == 2
                 && g.tensor(b).shape.len() == 2
                 && g.tensor(a).dtype == ipu_schema::DType::F16
-                && g.tensor(b).dtype == ipu_schema::DType::F16 =>
+                && g.tensor(b).dtype == ipu_schema::DType::F16
+                && (alpha.is_none() || accumulate == ipu_schema::DType::F16) =>
         {
-            Some(MatMul::new(g, a, b, g.ops[0].output, transpose_a, transpose_b, accumulate))
+            let mut mm = MatMul::new(g, a, b, g.ops[0].output, transpose_a, transpose_b, accumulate);
+            mm.alpha = alpha;
+            Some(mm)
         }
         _ => None,
     }

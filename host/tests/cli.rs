@@ -256,7 +256,8 @@ fn resource_limits_are_refused_with_names() {
     let (code, _, err) = run(bin().arg("build").arg(&model).arg("-o").arg(&out).args(["--tiles", "2"]));
     assert_eq!(code, 2);
     assert!(
-        err.contains("tile 0: tensor `Big` does not fit in tile memory (") && err.contains("bytes over)"),
+        err.contains("huge.toml:9: op 0 (matmul): no tile mapping of this 4096×4096·4096×64 matmul fits")
+            && err.contains("(`Big` 16777216 bytes,"),
         "{err}"
     );
     assert!(!out.exists());

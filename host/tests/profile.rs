@@ -88,7 +88,7 @@ fn profile_covers_every_cycle_of_every_tile() {
     assert!(r.stdout.contains(&line), "missing `{line}` in\n{}", r.stdout);
     assert_eq!(p.tiles.len(), 64);
     // The search casts K on a share of each tile and all-gathers it (the `gather K8` phase).
-    assert_eq!(p.phases, ["host", "cast K8", "gather K8", "cast Q8", "matmul S"]);
+    assert_eq!(p.phases, ["dispatch+idle", "cast K8", "gather K8", "cast Q8", "matmul S"]);
     for t in &p.tiles {
         // Samples tile the call exactly: from the release to the next release.
         assert_eq!(t.samples.first().map(|s| s.start), Some(p.run_start), "tile {}", t.tile);
@@ -162,7 +162,7 @@ fn capnp_decode_reads_the_profile() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("tileCount = 64"), "{}", &text[..text.len().min(800)]);
     assert!(text.contains(&format!("runCycles = {}", p.run_cycles)));
-    assert!(text.contains(r#"phaseNames = ["host", "cast K8", "gather K8", "cast Q8", "matmul S"]"#));
+    assert!(text.contains(r#"phaseNames = ["dispatch+idle", "cast K8", "gather K8", "cast Q8", "matmul S"]"#));
     assert_eq!(text.matches("kind = compute").count(), 64 * 10);
     let s = &p.tiles[63].samples[5];
     assert!(text.contains(&format!("start = {}, end = {}", s.start, s.end)));
@@ -286,6 +286,18 @@ fn report_is_self_contained_and_renders_in_headless_chromium() {
         assert!(!text.contains(needle), "report refers outside itself: {needle}");
     }
     assert!(text.contains("Top tiles by memory") && text.contains("matmul S"));
+    // The heatmap's colours span the used range, and the legend says which bytes they stand for.
+    let p = ipu_host::profile::Profile::from_capnp(&std::fs::read(&r.profile).unwrap()).unwrap();
+    let (lo, hi) = ipu_host::profile::report::memory_range(&p);
+    assert!(lo < hi && hi < 638_976 / 4, "a lightly filled chip: {lo}..{hi}");
+    let legend = ipu_host::profile::report::heat_legend(lo, hi);
+    assert!(text.contains(&legend), "the legend is in the page");
+    assert!(
+        legend.contains(&format!("colour scale: <b>{lo}</b> bytes"))
+            && legend.contains(&format!("<b>{hi}</b> bytes"))
+    );
+    assert!(legend.contains("% of a tile") && legend.contains("not in target"), "{legend}");
+    assert!(text.contains(&format!("\"memLo\":{lo},\"memHi\":{hi}")), "the script scales to the same range");
     // A profile of another package is refused.
     let o = bin()
         .arg("report")
@@ -318,6 +330,11 @@ fn report_is_self_contained_and_renders_in_headless_chromium() {
     assert!(dom_text.contains(r#"data-rendered="ok""#), "page did not finish rendering:\n{log}");
     assert!(dom_text.contains(r#"<div id="errors"></div>"#), "page reported errors");
     assert!(!log.contains("Uncaught") && !log.contains(":CONSOLE"), "console output:\n{log}");
+    // Every phase that starts on the timeline has a label on its axis.
+    let labels = dom_text.matches(r#"class="phase-label""#).count();
+    let phases =
+        ipu_host::profile::Profile::from_capnp(&std::fs::read(&r.profile).unwrap()).unwrap().phases.len();
+    assert_eq!(labels, phases, "one axis label per phase:\n{dom_text}");
     let png = r.dir.path().join("report.png");
     let shot = chrome(&["--window-size=1300,1800", &format!("--screenshot={}", png.display())]);
     assert!(shot.status.success(), "{}", String::from_utf8_lossy(&shot.stderr));

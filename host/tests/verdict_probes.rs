@@ -100,7 +100,7 @@ fn removed_or_altered_output_bindings_are_refused_at_load() {
     must_refuse("one output slice removed", d.path(), &p, "are not covered by any slice");
     let mut p = good.clone();
     let out = p.bindings.iter_mut().find(|b| b.direction == Direction::Output).unwrap();
-    let dup = out.slices[0].clone();
+    let dup = out.slices[0];
     out.slices.push(dup);
     must_refuse("one output slice twice", d.path(), &p, "slices hold 29888 bytes, more than the 28800");
     let mut p = good.clone();

@@ -117,7 +117,7 @@ fn k_split_reduces_partials_over_the_exchange() {
         &BuildOptions { threads: 1, grid: Some([4, 2, 3]), ..BuildOptions::new(24) },
     )
     .unwrap();
-    assert_eq!(built.package.run_call().phases, 3, "compute, exchange, reduce");
+    assert_eq!(built.package.run_call().phases, 3, "compute, exchange, reduce: all partials in one round");
     assert!(built.package.plan.predicted_exchange_cycles > 0);
     let (cycles, predicted, err) = run(&model(40, 100, 24, "f16", false, false), 24, Some([4, 2, 3]));
     assert!(err <= 1.0);
@@ -131,4 +131,130 @@ fn single_tile_and_whole_chip() {
     let (_, _, e1) = run(&model(7, 16, 16, "f16", false, false), 1, None);
     let (_, _, e2) = run(&model(64, 64, 64, "f16", false, false), 1472, None);
     assert!(e1 <= 1.0 && e2 <= 1.0);
+}
+
+#[test]
+fn k_split_reduces_in_rounds_when_the_partials_do_not_fit_at_once() {
+    // 16 K pieces of a 256×(16 blocks) output: the root cannot hold 15 partial sums beside its
+    // operands, so it takes fewer per round, in a tree (docs/kernels.md "K split").
+    let src = model(512, 512, 512, "f16", false, false);
+    let graph = ipu_host::model::parse("mm.toml", &src).unwrap();
+    let ipu_core::graph::OpKind::MatMul { a, b, .. } = graph.ops[0].kind else { panic!() };
+    let mm = ipu_core::plan::matmul::MatMul::new(
+        &graph,
+        a,
+        b,
+        graph.ops[0].output,
+        false,
+        false,
+        ipu_schema::DType::F16,
+    );
+    let grid = ipu_core::plan::matmul::Grid { tm: 2, tn: 2, tk: 16 };
+    let f = ipu_core::plan::matmul::fan_in(&mm, grid);
+    let rounds = ipu_core::plan::matmul::reduction_rounds(16, f);
+    assert!((2..15).contains(&f), "fan-in {f}");
+    assert!(rounds.len() >= 2, "{rounds:?}");
+    let built =
+        build("mm.toml", &src, &BuildOptions { threads: 1, grid: Some([2, 2, 16]), ..BuildOptions::new(64) })
+            .unwrap();
+    assert_eq!(
+        built.package.run_call().phases,
+        1 + 2 * rounds.len() as u32,
+        "compute, then exchange + add per round"
+    );
+    let (cycles, predicted, ratio) = run(&src, 64, Some([2, 2, 16]));
+    assert!(ratio <= 1.0);
+    assert!(cycles.abs_diff(predicted) * 100 <= cycles, "cost model within 1%: {cycles} vs {predicted}");
+}
+
+#[test]
+fn reduction_rounds_cover_every_piece_once() {
+    use ipu_core::plan::matmul::reduction_rounds;
+    assert_eq!(reduction_rounds(1, 2), Vec::<Vec<(u64, Vec<u64>)>>::new());
+    assert_eq!(reduction_rounds(3, 3), vec![vec![(0, vec![1, 2])]], "all at once: the sequential order");
+    assert_eq!(reduction_rounds(4, 2), vec![vec![(0, vec![1]), (2, vec![3])], vec![(0, vec![2])]]);
+    assert_eq!(reduction_rounds(5, 3), vec![vec![(0, vec![1, 2]), (3, vec![4])], vec![(0, vec![3])]]);
+    for tk in 1..40u64 {
+        for f in 2..=tk.max(2) {
+            // Every piece but 0 is sent exactly once, after it has received everything it will.
+            let rounds = reduction_rounds(tk, f);
+            let mut sent = vec![false; tk as usize];
+            for round in &rounds {
+                for (recv, senders) in round {
+                    assert!(!sent[*recv as usize], "tk {tk} f {f}: {recv} receives after sending");
+                    for s in senders {
+                        assert!(!sent[*s as usize] && *s != 0);
+                        sent[*s as usize] = true;
+                    }
+                }
+            }
+            assert!(sent[1..].iter().all(|x| *x), "tk {tk} f {f}: {rounds:?}");
+        }
+    }
+}
+
+fn with_alpha(src: &str, alpha: f32) -> String {
+    format!("{src}alpha = {alpha}\n")
+}
+
+#[test]
+fn alpha_with_transposed_operands_and_a_k_split() {
+    // A single matmul with alpha goes to the matmul planner: any transpose, any grid; alpha
+    // scales the finished sums on each K-group root.
+    for (ta, tb, tiles, grid) in
+        [(true, false, 8, None), (false, true, 8, None), (true, true, 24, Some([2, 2, 3]))]
+    {
+        let src = with_alpha(&model(64, 96, 40, "f16", ta, tb), 0.5);
+        let graph = ipu_host::model::parse("mm.toml", &src).unwrap();
+        assert!(matches!(graph.ops[0].kind, ipu_core::graph::OpKind::MatMul { alpha: Some(_), .. }));
+        let built = build("mm.toml", &src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) })
+            .unwrap_or_else(|e| panic!("ta={ta} tb={tb}: {e}"));
+        let pkg = Package::from_bytes(&built.bytes).unwrap();
+        let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 10_000_000 }).unwrap();
+        let opts = RunOptions {
+            package_path: "mm.ipuexe".into(),
+            inputs: BTreeMap::new(),
+            output_dir: None,
+            save_inputs: None,
+            seed: 4,
+            iterations: 1,
+            profile: false,
+        };
+        let out = session::run(&pkg, &mut dev, &opts).unwrap();
+        assert!(out.numerical_pass && out.max_abs_error == 0.0, "ta={ta} tb={tb}: {out:?}");
+        assert!(out.cycles[0].abs_diff(pkg.plan.predicted_cycles) * 100 <= out.cycles[0]);
+    }
+}
+
+#[test]
+fn a_matmul_too_large_for_one_pass_is_refused_with_what_the_smallest_mapping_needs() {
+    let src = model(4096, 4096, 4096, "f16", false, false);
+    let e = build("big.toml", &src, &BuildOptions { threads: 1, ..BuildOptions::new(1472) })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("big.toml:9: op 0 (matmul): no tile mapping of this 4096×4096·4096×4096 matmul fits"),
+        "{e}"
+    );
+    assert!(
+        e.contains(
+            "needs 1092064 bytes on one tile (`A` 374144 bytes, `B` 303104, `C` 165632), which has 638976"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_3072_cubed_matmul_is_split_until_it_fits() {
+    // 3 × 18.9 MB of f16 operands and result: the output is split over tiles, K over 6 or more
+    // tiles per output block, and the partial sums reduced in a tree that fits beside them.
+    let src = model(3072, 3072, 3072, "f16", false, false);
+    let opts = BuildOptions { threads: 2, search_attempts: 0, ..BuildOptions::new(1472) };
+    let built = build("big.toml", &src, &opts).expect("a mapping that fits");
+    let [tm, tn, tk] = built.package.plan.grids[0];
+    let cycles = built.package.plan.predicted_cycles;
+    let bound = 3072u64.pow(3) / (1472 * 64);
+    println!("3072³ f16 on 1472 tiles: grid {tm}×{tn}×{tk}, predicted {cycles} cycles, compute bound {bound} ({:.1}%)", 100.0 * bound as f64 / cycles as f64);
+    assert!(tk > 1 && (tm * tn * tk) as usize <= 1472);
+    assert!(cycles > bound && cycles < 3 * bound, "{cycles} vs {bound}");
 }

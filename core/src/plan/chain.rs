@@ -494,41 +494,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             }
                         }
                         if let Some(alpha) = alpha {
-                            // Scale only the result rows, not the AMP scratch between them: each
-                            // worker takes one worker's row range in a share of the column blocks.
-                            let mut off = 0;
-                            let ranges: Vec<(u64, u64)> = wr
-                                .iter()
-                                .map(|(w0, w1)| {
-                                    let at = off + SCRATCH;
-                                    off += SCRATCH + (w1 - w0) * ROW;
-                                    (at, w1 - w0)
-                                })
-                                .filter(|r| r.1 > 0)
-                                .collect();
-                            let active = ranges.len().max(1) as u64;
-                            let shares = (WORKERS as u64 / active).max(1);
-                            let (mut words, mut slowest) = (Vec::new(), 0);
-                            for w in 0..WORKERS as u64 {
-                                let (at, chunks, b0, b1) = match ranges.get((w % active) as usize) {
-                                    Some(&(at, r)) if w / active < shares => {
-                                        let (b0, b1) = split(nb, shares, w / active);
-                                        (at, r * ROW / 8, b0, b1)
-                                    }
-                                    _ => (0, 0, 0, 0),
-                                };
-                                words.extend([
-                                    Word::Sym(name(dst), (b0 * blk + at) as u32),
-                                    Word::Const(chunks as u32),
-                                    Word::Const(alpha.to_bits()),
-                                    Word::Const(blk as u32),
-                                    Word::Const((b1 - b0) as u32),
-                                    Word::Const(0),
-                                    Word::Const(0),
-                                    Word::Const(0),
-                                ]);
-                                slowest = slowest.max(cost::scale_issues(chunks, b1 - b0));
-                            }
+                            let (words, slowest) = scale_descriptor(&wr, nb, blk, alpha, &name(dst));
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
@@ -623,4 +589,51 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             opts.side_cast.name()
         )],
     })
+}
+
+/// The `ScaleF16` descriptor over a matmul output in AMP output layout (`nb` blocks of `blk`
+/// bytes; in each, per worker range `wr`, SCRATCH bytes then its rows). Only the result rows are
+/// scaled, not the AMP scratch between them: each worker takes one worker's row range in a share
+/// of the column blocks. Returns the words and the slowest worker's issues.
+pub(super) fn scale_descriptor(
+    wr: &[(u64, u64)],
+    nb: u64,
+    blk: u64,
+    alpha: f32,
+    buffer: &str,
+) -> (Vec<Word>, u64) {
+    let mut off = 0;
+    let ranges: Vec<(u64, u64)> = wr
+        .iter()
+        .map(|(w0, w1)| {
+            let at = off + SCRATCH;
+            off += SCRATCH + (w1 - w0) * ROW;
+            (at, w1 - w0)
+        })
+        .filter(|r| r.1 > 0)
+        .collect();
+    let active = ranges.len().max(1) as u64;
+    let shares = (WORKERS as u64 / active).max(1);
+    let (mut words, mut slowest) = (Vec::new(), 0);
+    for w in 0..WORKERS as u64 {
+        let (at, chunks, b0, b1) = match ranges.get((w % active) as usize) {
+            Some(&(at, r)) if w / active < shares => {
+                let (b0, b1) = split(nb, shares, w / active);
+                (at, r * ROW / 8, b0, b1)
+            }
+            _ => (0, 0, 0, 0),
+        };
+        words.extend([
+            Word::Sym(buffer.into(), (b0 * blk + at) as u32),
+            Word::Const(chunks as u32),
+            Word::Const(alpha.to_bits()),
+            Word::Const(blk as u32),
+            Word::Const((b1 - b0) as u32),
+            Word::Const(0),
+            Word::Const(0),
+            Word::Const(0),
+        ]);
+        slowest = slowest.max(cost::scale_issues(chunks, b1 - b0));
+    }
+    (words, slowest)
 }

@@ -43,13 +43,15 @@ pub struct MatMul {
     pub n: u64,
     /// Partial (and output) type.
     pub acc: DType,
+    /// Scalar applied to the result on its K-group root, after the reduction (f16 only).
+    pub alpha: Option<f32>,
 }
 
 impl MatMul {
     /// Build from graph tensors (dimensions already checked by the model parser).
     pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
-        MatMul { a, b, c, ta, tb, m, k, n, acc }
+        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None }
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
@@ -109,8 +111,13 @@ fn c_block(rows: u64) -> u64 {
     WORKERS as u64 * SCRATCH as u64 + rows * ROW as u64
 }
 
-/// Tile memory needed by the largest tile of a grid.
+/// Tile memory needed by the largest tile of a grid, with the reduction fan-in it would use.
 pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
+    memory_with(mm, g, fan_in(mm, g))
+}
+
+/// Tile memory of the largest tile when a reduction root takes `f` partial sums per round.
+fn memory_with(mm: &MatMul, g: Grid, f: u64) -> u64 {
     let rows = mm.m.div_ceil(g.tm);
     let nbt = mm.nb().div_ceil(g.tn);
     let kbt = mm.kb().div_ceil(g.tk);
@@ -120,8 +127,43 @@ pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
     let c_blk = (WORKERS as u64 * SCRATCH as u64).saturating_add(rows.saturating_mul(ROW as u64));
     let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
     let z = (rows.div_ceil(WORKERS as u64) + 1).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
-    let r = (g.tk - 1).saturating_mul(c - SLACK as u64);
-    a.saturating_add(b).saturating_add(c).saturating_add(z).saturating_add(r)
+    let r = f.saturating_sub(1).saturating_mul(c - SLACK as u64);
+    // Descriptor tables: one 96-byte table per AMP launch and per add round (`merge_descriptors`).
+    let add_tables = f.saturating_sub(1).saturating_mul((c / 8).div_ceil(WORKERS as u64 * 4096) + 1);
+    let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_mul(96);
+    a.saturating_add(b)
+        .saturating_add(c)
+        .saturating_add(z)
+        .saturating_add(r)
+        .saturating_add(d)
+        .saturating_add(5 * 16)
+}
+
+/// Partial sums a reduction root takes per round when K is split over `g.tk` tiles: all `tk − 1`
+/// in one round when they fit beside the operands (the fastest), else the largest fan-in that
+/// fits, in more rounds (docs/kernels.md "K split"). Shared with the host reference, which must
+/// add the partial sums in the same order.
+pub fn fan_in(mm: &MatMul, g: Grid) -> u64 {
+    let fits = |f| memory_with(mm, g, f).saturating_add(RUNTIME_RESERVE) <= TILE_MEM_SIZE as u64;
+    (2..=g.tk).rev().find(|&f| fits(f)).unwrap_or(g.tk.min(2))
+}
+
+/// The reduction rounds of `tk` partial sums with fan-in `f`: in round `r` (stride `s = f^r`),
+/// each tile `l` with `l % (f·s) == 0` adds the partials of `l + s, l + 2s, …` (those below `tk`)
+/// to its own, in that order. After the last round tile 0 holds the sum. `(receiver, senders)`.
+pub fn reduction_rounds(tk: u64, f: u64) -> Vec<Vec<(u64, Vec<u64>)>> {
+    let mut rounds = Vec::new();
+    let mut s = 1u64;
+    while s < tk && f >= 2 {
+        let round: Vec<(u64, Vec<u64>)> = (0..tk)
+            .step_by((f * s) as usize)
+            .map(|l| (l, (1..f).map(|j| l + j * s).filter(|&x| x < tk).collect::<Vec<_>>()))
+            .filter(|(_, senders)| !senders.is_empty())
+            .collect();
+        rounds.push(round);
+        s *= f;
+    }
+    rounds
 }
 
 /// Analytic estimate of a grid's `run` cycles, used to screen candidates.
@@ -134,10 +176,14 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
     let compute = nbt * kbt * (33 + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
     let mut total = compute + 5 + 90;
     if g.tk > 1 {
+        // Per reduction round the root receives f − 1 partial blocks and adds each.
+        let f = fan_in(mm, g);
+        let nr = reduction_rounds(g.tk, f).len() as u64;
         let words = nbt * c_block(rows) / 4;
-        let xchg = 3 + (g.tk - 1) * (words + 1) + 150;
+        let xchg = 3 + (f - 1) * (words + 1) + 150;
         let chunks = (nbt * c_block(rows) / 8).div_ceil(WORKERS as u64);
-        total += 2 * 90 + xchg + (g.tk - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32)));
+        total +=
+            nr * (2 * 90 + xchg + (f - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32))));
     }
     total
 }
@@ -167,13 +213,61 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
     out
 }
 
-/// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate).
-pub fn choose_grid(mm: &MatMul, tiles: usize) -> Grid {
-    candidates(mm, tiles).into_iter().min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk)).unwrap_or(Grid {
-        tm: 1,
-        tn: 1,
-        tk: 1,
-    })
+/// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate); `None` when
+/// no grid fits (then [`no_fit`] says what the smallest needs).
+pub fn choose_grid(mm: &MatMul, tiles: usize) -> Option<Grid> {
+    candidates(mm, tiles).into_iter().min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk))
+}
+
+/// "No mapping fits", with the smallest need over every grid of at most `tiles` tiles and the
+/// bytes each operand (named `names`: A, B, C) takes on that grid's largest tile.
+pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
+    let t = tiles as u64;
+    let mut best: Option<(u64, Grid)> = None;
+    for tn in 1..=mm.nb().min(t) {
+        for tk in 1..=mm.kb().min(t / tn) {
+            let tm = (t / (tn * tk)).min(mm.m).max(1);
+            let g = Grid { tm, tn, tk };
+            let need = memory_with(mm, g, 2.min(tk)).saturating_add(RUNTIME_RESERVE);
+            if best.is_none_or(|(b, _)| need < b) {
+                best = Some((need, g));
+            }
+        }
+    }
+    let (need, g) = best.unwrap_or((u64::MAX, Grid { tm: 1, tn: 1, tk: 1 }));
+    let rows = mm.m.div_ceil(g.tm);
+    let (nbt, kbt) = (mm.nb().div_ceil(g.tn), mm.kb().div_ceil(g.tk));
+    let parts = [
+        kbt.saturating_mul(rows).saturating_mul(ROW as u64),
+        kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64),
+        nbt.saturating_mul(c_block(rows)),
+    ];
+    PlanError::Unsupported(
+        0,
+        format!(
+            "no tile mapping of this {}×{}·{}×{} matmul fits in tile memory: the smallest, grid tm={} tn={} \
+             tk={} ({} tiles), needs {need} bytes on one tile (`{}` {} bytes, `{}` {}, `{}` {}), which has {} \
+             ({} KiB, of which {} bytes are kept for the runtime); use more tiles or split the matmul into \
+             smaller ones",
+            mm.m,
+            mm.k,
+            mm.k,
+            mm.n,
+            g.tm,
+            g.tn,
+            g.tk,
+            g.tm * g.tn * g.tk,
+            names[0],
+            parts[0],
+            names[1],
+            parts[1],
+            names[2],
+            parts[2],
+            TILE_MEM_SIZE,
+            TILE_MEM_SIZE / 1024,
+            RUNTIME_RESERVE
+        ),
+    )
 }
 
 fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
@@ -209,7 +303,12 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let mut a_slices = Vec::new();
     let mut b_slices = Vec::new();
     let mut c_slices = Vec::new();
-    let mut transfers = Vec::new();
+    let f = fan_in(mm, grid);
+    let mut scales: Vec<(u16, Vec<Word>, u64)> = Vec::new();
+    let mut rounds: Vec<Round> = reduction_rounds(grid.tk, f)
+        .iter()
+        .map(|_| Round { transfers: Vec::new(), adds: Vec::new() })
+        .collect();
     let elt = mm.acc.size() as u64;
     let bc = mm.block_cols();
     for i in 0..grid.tm {
@@ -315,69 +414,55 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
                         }
                     }
-                } else {
-                    transfers.push(Transfer {
-                        sender: tile,
-                        receiver: tile_of(i, j, 0),
-                        src: "C".into(),
-                        src_off: 0,
-                        dst: "R".into(),
-                        dst_off: ((l - 1) * nbt * cblk) as u32,
-                        words: (nbt * cblk / 4) as u32,
-                    });
                 }
             }
+            if let Some(alpha) = mm.alpha {
+                let (words, issues) = super::chain::scale_descriptor(&wr, nbt, cblk, alpha, "C");
+                scales.push((tile_of(i, j, 0), words, issues));
+            }
             if grid.tk > 1 {
-                let root = &mut plans[tile_of(i, j, 0) as usize];
-                let cbytes = nbt * cblk;
-                root.buffers.push(zero("R", (grid.tk - 1) * cbytes + SLACK as u64, MemKind::Exchange));
-                // Each worker's rpt covers at most 4096 chunks: split into rounds.
-                let chunks = cbytes / 8;
-                let rounds = chunks.div_ceil(WORKERS as u64 * 4096);
-                for l in 1..grid.tk {
-                    for round in 0..rounds {
-                        let (r0, r1) = split(chunks, rounds, round);
-                        let mut words = Vec::new();
-                        for w in 0..WORKERS as u64 {
-                            let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
-                            let (c0, c1) = (r0 + c0, r0 + c1);
-                            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                            words.push(Word::Sym("R".into(), ((l - 1) * cbytes + c0 * 8) as u32));
-                            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                            words.push(Word::Const((c1 - c0) as u32));
-                        }
-                        root.buffers.push(Buffer {
-                            name: format!("r{l}_{round}"),
-                            bytes: 96,
-                            align: 16,
-                            kind: MemKind::Descriptor,
-                            init: words,
-                        });
-                    }
-                }
+                reduce_group(&mut plans, &mut rounds, |l| tile_of(i, j, l), (grid.tk, f), nbt * cblk);
             }
         }
     }
-    let sched = exchange::schedule(&transfers).map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
     let mut horizons = Vec::new();
-    if grid.tk > 1 {
+    let mut exchange_bytes = 0;
+    let scales = scales;
+    for (r, round) in rounds.iter().enumerate() {
+        let sched =
+            exchange::schedule(&round.transfers).map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
         horizons.push(sched.horizon);
+        exchange_bytes += round.transfers.iter().map(|t| 4 * t.words as u64).sum::<u64>();
         for (t, p) in plans.iter_mut().enumerate() {
             p.steps.push(Step::Phase("reduce".into()));
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
-            let reductions: Vec<String> = p
-                .buffers
-                .iter()
-                .filter(|b| b.name.starts_with('r') && b.name.contains('_'))
-                .map(|b| b.name.clone())
-                .collect();
-            for name in reductions {
-                let b = p.buffers.iter().find(|b| b.name == name);
-                let issues = b.map(|b| descriptor_issues(add, &b.init)).unwrap_or(0);
-                p.steps.push(Step::RunAll(add, name, issues));
+            for (tile, name, words) in round.adds.iter().filter(|a| a.0 as usize == t) {
+                let issues = descriptor_issues(add, words);
+                p.buffers.push(Buffer {
+                    name: format!("r{r}{name}"),
+                    bytes: 96,
+                    align: 16,
+                    kind: MemKind::Descriptor,
+                    init: words.clone(),
+                });
+                debug_assert_eq!(*tile as usize, t);
+                p.steps.push(Step::RunAll(add, format!("r{r}{name}"), issues));
             }
         }
+    }
+    // alpha scales the finished sums on each K-group root.
+    for (tile, words, issues) in scales {
+        let p = &mut plans[tile as usize];
+        p.steps.push(Step::Phase("scale".into()));
+        p.buffers.push(Buffer {
+            name: "dscale".into(),
+            bytes: 4 * words.len() as u32,
+            align: 16,
+            kind: MemKind::Descriptor,
+            init: words,
+        });
+        p.steps.push(Step::RunAll(Kernel::ScaleF16, "dscale".into(), issues));
     }
     let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };
@@ -393,19 +478,81 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
         horizons,
         profile: None,
-        exchange_bytes: transfers.iter().map(|t| 4 * t.words as u64).sum(),
+        exchange_bytes,
         eliminated_clears: 0,
         mapping: vec![format!(
-            "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}",
+            "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}{}{}",
             mm.m,
             mm.k,
             mm.n,
             grid.tm,
             grid.tn,
             grid.tk,
-            mm.acc.name()
+            mm.acc.name(),
+            if grid.tk > 1 {
+                format!(" reduction fan-in {f} in {} rounds", rounds.len())
+            } else {
+                String::new()
+            },
+            mm.alpha.map(|a| format!(" alpha={a}")).unwrap_or_default()
         )],
     })
+}
+
+/// One reduction round: what moves over the exchange, and the add kernels each receiver runs
+/// `(tile, descriptor name suffix, descriptor words)`.
+struct Round {
+    transfers: Vec<Transfer>,
+    adds: Vec<(u16, String, Vec<Word>)>,
+}
+
+/// Schedule the reduction of one output block group (`tk` tiles, `tile(l)`), `cbytes` bytes of
+/// partial sums per tile, over the rounds of [`reduction_rounds`]. Each receiver takes up to
+/// `f − 1` partials into `R` and adds them to its `C` in sender order.
+fn reduce_group(
+    plans: &mut [TilePlan],
+    rounds: &mut [Round],
+    tile: impl Fn(u64) -> u16,
+    (tk, f): (u64, u64),
+    cbytes: u64,
+) {
+    // Each worker's rpt covers at most 4096 chunks: split the adds into chunk rounds.
+    let chunks = cbytes / 8;
+    let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
+    for (r, round) in reduction_rounds(tk, f).iter().enumerate() {
+        for (recv, senders) in round {
+            let rt = tile(*recv);
+            let p = &mut plans[rt as usize];
+            if !p.buffers.iter().any(|b| b.name == "R") {
+                p.buffers.push(zero("R", (f - 1) * cbytes + SLACK as u64, MemKind::Exchange));
+            }
+            for (k, sd) in senders.iter().enumerate() {
+                let k = k as u64;
+                rounds[r].transfers.push(Transfer {
+                    sender: tile(*sd),
+                    receiver: rt,
+                    src: "C".into(),
+                    src_off: 0,
+                    dst: "R".into(),
+                    dst_off: (k * cbytes) as u32,
+                    words: (cbytes / 4) as u32,
+                });
+                for cr in 0..chunk_rounds {
+                    let (r0, r1) = split(chunks, chunk_rounds, cr);
+                    let mut words = Vec::new();
+                    for w in 0..WORKERS as u64 {
+                        let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
+                        let (c0, c1) = (r0 + c0, r0 + c1);
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Sym("R".into(), (k * cbytes + c0 * 8) as u32));
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Const((c1 - c0) as u32));
+                    }
+                    rounds[r].adds.push((rt, format!("_{k}_{cr}"), words));
+                }
+            }
+        }
+    }
 }
 
 /// The slowest worker's issues of a descriptor table (count in word 3 of each 4-word entry).

@@ -242,13 +242,15 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
 
-/// Plan a graph: a single rank-2 f16 matmul without `alpha` gets the matmul planner (any grid,
-/// K split over the exchange); everything else the row-chain planner (`chain.rs`).
+/// Plan a graph: a single rank-2 f16 matmul (with `alpha` when it accumulates in f16) gets the
+/// matmul planner (any grid, K split over the exchange, either operand transposed); everything
+/// else the row-chain planner (`chain.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let simple = graph.ops.len() == 1
-        && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha: None, .. }
+        && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
-            && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16);
+            && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
+            && (alpha.is_none() || accumulate == DType::F16));
     let mut plan = if simple {
         plan_matmul(graph, opts)?
     } else if opts.column_groups > 1 {
@@ -346,7 +348,7 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
         OpKind::Cast { .. } | OpKind::Softmax { .. } => unreachable!("checked above"),
-        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, .. } => {
+        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
             let out = graph.tensor(op.output);
             if out.dtype != accumulate || !matches!(accumulate, DType::F16 | DType::F32) {
                 return Err(PlanError::Unsupported(0, alloc::format!(
@@ -354,10 +356,14 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     out.dtype.name(), accumulate.name()
                 )));
             }
-            let mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
+            let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
+            mm.alpha = alpha;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
-                None => matmul::choose_grid(&mm, opts.tiles),
+                None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {
+                    let name = |t| graph.tensor(t).name.as_str();
+                    matmul::no_fit(&mm, opts.tiles, [name(a), name(b), name(op.output)])
+                })?,
             };
             let mut plan = matmul::plan(&mm, grid, opts.tiles).map_err(|e| match e {
                 PlanError::Memory { tile, buffer, over } => {

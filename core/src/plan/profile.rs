@@ -18,8 +18,11 @@ pub type Samples = ProfilePlan;
 /// Name of the stamp buffer on every tile.
 pub const BUFFER: &str = "profile";
 
-/// Name of the phase of the first sample (host-sync release to the first step).
-pub const HOST_PHASE: &str = "host";
+/// Name of the phase of the first sample: from the host-sync release to the tile's first step
+/// (the runtime reading the call), and on a tile with nothing to do, its whole wait for the
+/// closing host sync. Named for that, so its span (the whole run, on a chip with idle tiles) does
+/// not read as the host taking the run.
+pub const HOST_PHASE: &str = "dispatch+idle";
 
 /// Instrument every tile and return the profile plan (stamp buffers at address 0 until linked).
 pub fn instrument(tiles: &mut [TilePlan]) -> Samples {

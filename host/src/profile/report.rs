@@ -111,6 +111,7 @@ pub fn render(p: &Profile, pkg: &Package, package_path: &str) -> String {
             .collect(),
     };
     let top_mem = html_table(&mem_rows, "Top tiles by memory (bytes)");
+    let (lo, hi) = memory_range(p);
     TEMPLATE
         .replace("{{TITLE}}", &esc(&format!("ipu-codegen report — {}", pkg.info.model)))
         .replace("{{SUMMARY}}", &summary)
@@ -118,7 +119,31 @@ pub fn render(p: &Profile, pkg: &Package, package_path: &str) -> String {
         .replace("{{KERNELS}}", &kernels)
         .replace("{{TOP_CYCLES}}", &top_cycles)
         .replace("{{TOP_MEM}}", &top_mem)
-        .replace("{{DATA}}", &data_json(p))
+        .replace("{{HEAT_LEGEND}}", &heat_legend(lo, hi))
+        .replace("{{DATA}}", &data_json(p).replacen('{', &format!("{{\"memLo\":{lo},\"memHi\":{hi},"), 1))
+}
+
+/// The smallest and largest memory of the target's tiles: the heatmap's colour scale spans this
+/// range, so a chip filled to 6% is as readable as one filled to 90%.
+pub fn memory_range(p: &Profile) -> (u64, u64) {
+    let used = p.tiles.iter().map(|t| memory_total(&t.memory));
+    let lo = used.clone().min().unwrap_or(0);
+    let hi = used.max().unwrap_or(0).max(lo + 1);
+    (lo, hi)
+}
+
+/// The heatmap legend: a gradient from the least to the most filled tile, both labelled with bytes
+/// and the share of the 624 KiB tile; the grey of tiles outside the target is labelled too.
+pub fn heat_legend(lo: u64, hi: u64) -> String {
+    let size = ipu_core::target::TILE_MEM_SIZE as f64;
+    let pct = |b: u64| 100.0 * b as f64 / size;
+    format!(
+        "<span>colour scale: <b>{lo}</b> bytes ({:.1}% of a tile) \
+         <i class=\"grad\" style=\"background:linear-gradient(to right,rgb(247,251,255),rgb(66,133,244),rgb(120,20,30))\"></i> \
+         <b>{hi}</b> bytes ({:.1}%)</span><span><i style=\"background:#e4e6ea\"></i>not in target</span>",
+        pct(lo),
+        pct(hi)
+    )
 }
 
 const TEMPLATE: &str = include_str!("report.html");
