@@ -299,3 +299,30 @@ fn column_groups_zero_refused_and_help_has_examples() {
         assert!(out.contains("EXAMPLES:"), "{sub} --help has no examples");
     }
 }
+
+/// Items 7 and 8: `transpose_a` with `alpha` on one matmul builds and passes; a planner refusal
+/// names file, line, op and kind, and says what would be accepted.
+#[test]
+fn transpose_a_with_alpha_passes_and_planner_refusals_name_the_line() {
+    let d = tempfile::tempdir().unwrap();
+    let model = d.path().join("ta.toml");
+    let one = "name = \"ta\"\noutputs = [\"C\"]\n[inputs.A]\ndtype = \"f16\"\nshape = [96, 64]\n[inputs.B]\n\
+               dtype = \"f16\"\nshape = [96, 48]\n[[ops]]\nop = \"matmul\"\na = \"A\"\nb = \"B\"\noutput = \"C\"\n\
+               dtype = \"f16\"\naccumulate = \"f16\"\ntranspose_a = true\nalpha = 0.5\n";
+    for shape in ["[96, 64]", "[96, 96]"] {
+        std::fs::write(&model, one.replace("[96, 64]", shape)).unwrap();
+        let pkg = build(d.path(), &model, 8);
+        let (code, out, err) = run(bin().arg("run").arg(&pkg));
+        assert_eq!(code, 0, "A {shape}: {out}{err}");
+        assert!(out.contains("referenceMaximumAbsoluteError=0 numericalTest=PASS"), "{out}");
+    }
+    // In a chain (matmul then softmax) transpose_a is refused, with the line and what to do.
+    let chain = format!("{}[[ops]]\nop = \"softmax\"\ninput = \"C\"\noutput = \"P\"\ndtype = \"f16\"\n", one)
+        .replace("outputs = [\"C\"]", "outputs = [\"P\"]");
+    std::fs::write(&model, chain).unwrap();
+    let (code, _, err) =
+        run(bin().arg("build").arg(&model).arg("-o").arg(d.path().join("x")).args(["--tiles", "8"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("ta.toml:9: op 0 (matmul): transpose_a is not supported in a chain"), "{err}");
+    assert!(err.contains("store `a` untransposed, or build the matmul alone"), "{err}");
+}

@@ -89,6 +89,18 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 w[1], g.tensor(row_input(&g.ops[w[1]].kind)).name));
         }
     }
+    for &i in &chain {
+        if let OpKind::MatMul { transpose_a, .. } = g.ops[i].kind {
+            if transpose_a {
+                return unsupported(
+                i,
+                "transpose_a is not supported in a chain of ops (a chain spreads the rows of `a` over tiles): \
+                 store `a` untransposed, or build the matmul alone (a single-matmul model accepts either transpose)"
+                    .into(),
+            );
+            }
+        }
+    }
     let r0 = g.tensor(first);
     let rank = r0.shape.len();
     if rank < 2 {
@@ -110,10 +122,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         }
     }
     for &i in &chain {
-        if let OpKind::MatMul { a, b, transpose_a, transpose_b, .. } = g.ops[i].kind {
-            if transpose_a {
-                return unsupported(i, "transpose_a is not supported in a chain".into());
-            }
+        if let OpKind::MatMul { a, b, transpose_b, .. } = g.ops[i].kind {
             let bt = g.tensor(b);
             if matmul_shape(g.tensor(a), bt, false, transpose_b).is_none() {
                 return unsupported(i, format!("`{}` does not match the rows' columns", bt.name));
@@ -125,7 +134,10 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 );
             }
             if !g.inputs.contains(&b) && !side_casts.iter().any(|&c| g.ops[c].output == b) {
-                return unsupported(i, format!("`{}` must be a model input or a cast of one", bt.name));
+                return unsupported(
+                    i,
+                    format!("`{}` must be a model input or a cast of one (the operand every row tile reads whole)", bt.name),
+                );
             }
         }
     }
