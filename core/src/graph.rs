@@ -74,8 +74,10 @@ pub struct Graph {
     pub name: String,
     /// All tensors.
     pub tensors: Vec<Tensor>,
-    /// Inputs, in model order.
+    /// Inputs, in model order: written by the host before each inference.
     pub inputs: Vec<TensorId>,
+    /// Params (weights), in model order: values in the package, resident on the chip.
+    pub params: Vec<TensorId>,
     /// Outputs the host reads.
     pub outputs: Vec<TensorId>,
     /// Operations in execution order.
@@ -86,6 +88,11 @@ impl Graph {
     /// A tensor by id.
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.0 as usize]
+    }
+    /// Whether a tensor is given rather than computed: an input or a param. Planners place both
+    /// the same way; the build turns a param's placement into resident data.
+    pub fn is_source(&self, id: TensorId) -> bool {
+        self.inputs.contains(&id) || self.params.contains(&id)
     }
     /// Find a tensor by name.
     pub fn find(&self, name: &str) -> Option<TensorId> {

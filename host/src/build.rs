@@ -134,6 +134,18 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
         return Err(BuildError::Options(format!("--tiles {} not in 1..=1472", opts.tiles)));
     }
     let graph = model::parse(file, src)?;
+    // Params are read before planning, so a missing or mismatched file fails fast.
+    let model_dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new("."));
+    let param_values = crate::params::load(file, model_dir, &graph, &model::param_specs(src))
+        .map_err(BuildError::Options)?;
+    if !param_values.is_empty() {
+        let bytes: u64 = graph
+            .params
+            .iter()
+            .map(|p| graph.tensor(*p).elements() * graph.tensor(*p).dtype.size() as u64)
+            .sum();
+        info!(params = param_values.len(), bytes, "loaded params");
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .build()
@@ -189,11 +201,12 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     }
     let plan_opts =
         PlanOptions { grid, profile: opts.profile, side_cast, column_groups, ..PlanOptions::new(opts.tiles) };
-    let plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
+    let mut plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
         .map_err(|err| BuildError::Plan(plan_error_message(file, src, &graph, &err)))?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }
+    crate::params::embed(&graph, &mut plan, &param_values).map_err(BuildError::Options)?;
     info!(removed = plan.eliminated_clears, "eliminated padding clears of zero-filled buffers");
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
         pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())

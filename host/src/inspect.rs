@@ -33,7 +33,7 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
             "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1},
             "sections": sections.iter().map(|(k, b)| serde_json::json!({"kind": k.name(), "bytes": b.len()})).collect::<Vec<_>>(),
             "bindings": pkg.bindings.iter().map(|b| serde_json::json!({"name": b.name, "dtype": b.dtype.name(),
-                "shape": b.shape, "direction": if b.direction == Direction::Input {"input"} else {"output"},
+                "shape": b.shape, "direction": direction(b.direction).trim(),
                 "slices": b.slices.len()})).collect::<Vec<_>>(),
             "calls": pkg.host.calls.iter().map(|c| serde_json::json!({"name": c.name, "command": c.command, "phases": c.phases})).collect::<Vec<_>>(),
         });
@@ -70,7 +70,7 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
     }
     let _ = writeln!(out, "bindings:");
     for b in &pkg.bindings {
-        let dir = if b.direction == Direction::Input { "input " } else { "output" };
+        let dir = direction(b.direction);
         let t = if b.transpose { " transposed" } else { "" };
         let _ = writeln!(
             out,
@@ -86,4 +86,13 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
         let _ = writeln!(out, "  {} command={} phases={}", c.name, c.command, c.phases);
     }
     out
+}
+
+/// A binding's direction as `inspect` prints it (padded to one width).
+fn direction(d: Direction) -> &'static str {
+    match d {
+        Direction::Input => "input ",
+        Direction::Output => "output",
+        Direction::Param => "param ",
+    }
 }

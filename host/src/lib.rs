@@ -11,6 +11,7 @@ pub mod lock;
 pub mod model;
 pub mod npy;
 pub mod package;
+pub mod params;
 pub mod pcie;
 pub mod profile;
 pub mod program;

@@ -35,7 +35,40 @@ struct RawModel {
     #[serde(default)]
     inputs: BTreeMap<String, Spanned<RawInput>>,
     #[serde(default)]
+    params: BTreeMap<String, Spanned<RawParam>>,
+    #[serde(default)]
     ops: Vec<Spanned<RawOp>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    dtype: Spanned<String>,
+    shape: Spanned<Vec<i64>>,
+    scale: Option<Spanned<i64>>,
+    file: Option<Spanned<String>>,
+    safetensors: Option<Spanned<String>>,
+    key: Option<Spanned<String>>,
+}
+
+/// Where a param's values come from (docs/model-format.md "Params").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParamSource {
+    /// A `.npy` file, relative to the model file.
+    Npy(String),
+    /// A tensor of a `.safetensors` file (relative to the model file), by key.
+    Safetensors(String, String),
+}
+
+/// A param as the model file declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamSpec {
+    /// Tensor name.
+    pub name: String,
+    /// Where the values are.
+    pub source: ParamSource,
+    /// 1-based line of its table, for messages.
+    pub line: usize,
 }
 
 #[derive(Deserialize)]
@@ -96,6 +129,26 @@ pub fn op_lines(src: &str) -> Vec<usize> {
     }
 }
 
+/// The params of a model and where their values are (the file must parse: call after [`parse`]).
+pub fn param_specs(src: &str) -> Vec<ParamSpec> {
+    let cx = Ctx { file: "", src };
+    let Ok(raw) = toml::from_str::<RawModel>(src) else { return Vec::new() };
+    raw.params
+        .iter()
+        .map(|(name, p)| {
+            let r = p.get_ref();
+            let source = match (&r.file, &r.safetensors, &r.key) {
+                (Some(f), _, _) => ParamSource::Npy(f.get_ref().clone()),
+                (None, Some(f), Some(k)) => {
+                    ParamSource::Safetensors(f.get_ref().clone(), k.get_ref().clone())
+                }
+                _ => ParamSource::Npy(String::new()),
+            };
+            ParamSpec { name: name.clone(), source, line: cx.line(p.span().start) }
+        })
+        .collect()
+}
+
 /// Parse and check a model. `file` is used in messages.
 pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
     let cx = Ctx { file, src };
@@ -108,6 +161,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         name: raw.name.get_ref().clone(),
         tensors: vec![],
         inputs: vec![],
+        params: vec![],
         outputs: vec![],
         ops: vec![],
     };
@@ -142,6 +196,56 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             scale: 0,
         });
         g.inputs.push(TensorId(g.tensors.len() as u32 - 1));
+    }
+    for (name, param) in &raw.params {
+        if g.find(name).is_some() {
+            return cx.err(param.span(), format!("param `{name}`: an input has the same name"));
+        }
+        let p = param.get_ref();
+        let Some(dtype) = parse_dtype(p.dtype.get_ref()) else {
+            return cx.err(
+                p.dtype.span(),
+                format!(
+                    "param `{name}`: unknown dtype `{}` (expected f32, f16, f8e4m3 or f8e5m2)",
+                    p.dtype.get_ref()
+                ),
+            );
+        };
+        let shape = p.shape.get_ref();
+        if shape.is_empty() || shape.iter().any(|d| *d <= 0) {
+            return cx.err(
+                p.shape.span(),
+                format!("param `{name}`: shape must be a non-empty list of positive integers"),
+            );
+        }
+        let scale = match &p.scale {
+            None => 0,
+            Some(s) if matches!(dtype, DType::F8E4M3 | DType::F8E5M2) && (-32..32).contains(s.get_ref()) => {
+                *s.get_ref() as i8
+            }
+            Some(s) => {
+                return cx.err(
+                    s.span(),
+                    format!("param `{name}`: `scale` is a power of two in -32..=31 for FP8 params only"),
+                )
+            }
+        };
+        match (&p.file, &p.safetensors, &p.key) {
+            (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+            _ => {
+                return cx.err(
+                    param.span(),
+                    format!("param `{name}`: give either `file = \"w.npy\"` or `safetensors = \"m.safetensors\"` with `key`"),
+                )
+            }
+        }
+        g.tensors.push(Tensor {
+            name: name.clone(),
+            dtype,
+            shape: shape.iter().map(|d| *d as u64).collect(),
+            scale,
+        });
+        g.params.push(TensorId(g.tensors.len() as u32 - 1));
     }
     for (i, sop) in raw.ops.iter().enumerate() {
         let op = sop.get_ref();
@@ -230,9 +334,12 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                         "{}: unsupported dtype combination: FP8 operands accumulate in f16 on the AMP (f8v8hihov4amp); accumulate = \"f32\" is not available",
                         here("accumulate")));
                 }
-                if out_dtype != acc {
+                // f16 output with f32 accumulation: the AMP sums in f32, the result is rounded
+                // to f16 once.
+                let rounded_once = out_dtype == DType::F16 && acc == DType::F32 && both_f16;
+                if out_dtype != acc && !rounded_once {
                     return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                        "{}: unsupported dtype combination: output {} with accumulate {} (this version needs them equal)",
+                        "{}: unsupported dtype combination: output {} with accumulate {} (supported: output equal to accumulate, or f16 output with f32 accumulation)",
                         here("dtype"), out_dtype.name(), acc.name()));
                 }
                 let Some((mut shape, m, _k, n)) = matmul_shape(at, bt, ta, tb) else {
@@ -314,6 +421,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         if bytes.is_none_or(|b| b > chip) {
             let line = src
                 .find(&format!("[inputs.{}]", t.name))
+                .or_else(|| src.find(&format!("[params.{}]", t.name)))
                 .or_else(|| src.find(&format!("\"{}\"", t.name)))
                 .unwrap_or(0);
             return cx.err(
@@ -327,11 +435,11 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
     }
     for o in raw.outputs.get_ref() {
         match g.find(o.get_ref()) {
-            Some(t) if !g.inputs.contains(&t) => g.outputs.push(t),
+            Some(t) if !g.is_source(t) => g.outputs.push(t),
             Some(_) => {
                 return cx.err(
                     o.span(),
-                    format!("output `{}` is a model input, not produced by an op", o.get_ref()),
+                    format!("output `{}` is a model input or param, not produced by an op", o.get_ref()),
                 )
             }
             None => return cx.err(o.span(), format!("output `{}` is not produced by any op", o.get_ref())),

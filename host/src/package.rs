@@ -225,8 +225,14 @@ impl Package {
             Ok(g) => g,
             Err(e) => return bad(format!("build info: the model source does not parse: {e}")),
         };
-        for (dir, ids) in [(Direction::Input, &g.inputs), (Direction::Output, &g.outputs)] {
-            let word = if dir == Direction::Input { "input" } else { "output" };
+        let dirs =
+            [(Direction::Input, &g.inputs), (Direction::Param, &g.params), (Direction::Output, &g.outputs)];
+        for (dir, ids) in dirs {
+            let word = match dir {
+                Direction::Input => "input",
+                Direction::Param => "param",
+                Direction::Output => "output",
+            };
             let bound: Vec<&Binding> = self.bindings.iter().filter(|b| b.direction == dir).collect();
             if bound.len() != ids.len() {
                 let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
@@ -292,6 +298,22 @@ impl Package {
             }
         }
         Ok(())
+    }
+
+    /// `len` bytes of tile `tile`'s image at `addr` (zero-filled segments read as zeros), if one
+    /// segment holds them all.
+    pub fn image_bytes(&self, tile: u16, addr: u32, len: u32) -> Option<std::borrow::Cow<'_, [u8]>> {
+        let img = self.tiles.get(tile as usize)?;
+        let s = img
+            .segments
+            .iter()
+            .find(|s| s.addr <= addr && addr as u64 + len as u64 <= s.addr as u64 + s.len as u64)?;
+        let o = (addr - s.addr) as usize;
+        Some(if s.flags & SEG_ZERO != 0 {
+            std::borrow::Cow::Owned(vec![0; len as usize])
+        } else {
+            std::borrow::Cow::Borrowed(&s.bytes[o..o + len as usize])
+        })
     }
 
     /// The `run` call.

@@ -235,7 +235,9 @@ pub fn evaluate(
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (name, t) in inputs {
-        exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, 0, i)).collect());
+        // FP8 sources (params) stand for code · 2^scale.
+        let scale = g.find(name).map(|id| g.tensor(id).scale).unwrap_or(0);
+        exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
         bound.insert(name.clone(), vec![0.0; t.data.len()]);
     }
     for (i, op) in g.ops.iter().enumerate() {
@@ -282,7 +284,14 @@ pub fn evaluate(
                     roundings: k.div_ceil(block) + tk,
                     alpha: alpha.map(|a| a as f64),
                 };
-                let (ex, bd) = matmul_exact(&layout, ops, c.len() as u64, &rounding);
+                let (ex, mut bd) = matmul_exact(&layout, ops, c.len() as u64, &rounding);
+                let mut c = c;
+                if out.dtype != *accumulate {
+                    // f16 output of an f32 accumulation: one rounding of the finished sum.
+                    let (u, sub) = (unit_roundoff(out.dtype), underflow_error(out.dtype));
+                    c.iter_mut().for_each(|v| *v = round(*v, out.dtype));
+                    bd.iter_mut().zip(&ex).for_each(|(b, e)| *b += u * (e.abs() + *b) + sub);
+                }
                 (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
             }
             OpKind::Cast { input } => {

@@ -153,7 +153,7 @@ pub fn generated(b: &Binding, seed: u64) -> HostTensor {
 
 /// Tensor bytes in the binding's element order: with `transpose`, each matrix of the last two
 /// dimensions is transposed (`[..., r, c]` → `[..., c, r]`).
-fn to_bytes(t: &HostTensor, transpose: bool) -> Vec<u8> {
+pub fn to_bytes(t: &HostTensor, transpose: bool) -> Vec<u8> {
     let r = t.shape.len();
     let (rows, cols) =
         if r >= 2 { (t.shape[r - 2] as usize, t.shape[r - 1] as usize) } else { (1, t.data.len()) };
@@ -178,7 +178,8 @@ fn to_bytes(t: &HostTensor, transpose: bool) -> Vec<u8> {
     out
 }
 
-fn from_bytes(bytes: &[u8], b: &Binding) -> HostTensor {
+/// A tensor from bytes in the binding's element order (transposed bindings stay transposed).
+pub fn from_bytes(bytes: &[u8], b: &Binding) -> HostTensor {
     let data = match b.dtype {
         DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
         DType::F16 => {
@@ -249,14 +250,66 @@ pub fn iteration_seed(seed: u64, it: u32) -> u64 {
     seed.wrapping_add((it as u64 - 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
-/// Inputs of one iteration: files as given (the same every iteration), the rest generated.
+/// The values of every param, read back from the package's tile images through the param
+/// bindings: what the device holds, not what the model file said. Replicated copies must agree.
+pub fn param_values(pkg: &Package) -> Result<BTreeMap<String, HostTensor>, String> {
+    let mut out = BTreeMap::new();
+    for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Param) {
+        let mut bytes = vec![0u8; b.bytes() as usize];
+        let mut seen = vec![false; bytes.len()];
+        for s in &b.slices {
+            for r in 0..s.rows as u64 {
+                let dst = (s.tensor_offset + r * s.tensor_stride) as usize;
+                let addr = s.addr + (r * s.tile_stride as u64) as u32;
+                let row = pkg.image_bytes(s.tile, addr, s.row_bytes).ok_or_else(|| {
+                    format!("param `{}`: tile {} holds no data at {addr:#x}", b.name, s.tile)
+                })?;
+                for (i, v) in row.iter().enumerate() {
+                    if seen[dst + i] && bytes[dst + i] != *v {
+                        return Err(format!(
+                            "param `{}`: the copies on different tiles differ (byte {})",
+                            b.name,
+                            dst + i
+                        ));
+                    }
+                    bytes[dst + i] = *v;
+                    seen[dst + i] = true;
+                }
+            }
+        }
+        let t = from_bytes(&bytes, b);
+        out.insert(b.name.clone(), if b.transpose { untranspose(&t) } else { t });
+    }
+    Ok(out)
+}
+
+/// Undo [`to_bytes`]'s transpose: element `j = c·rows + r` of each matrix is `(r, c)`.
+fn untranspose(t: &HostTensor) -> HostTensor {
+    let r = t.shape.len();
+    let (rows, cols) =
+        if r >= 2 { (t.shape[r - 2] as usize, t.shape[r - 1] as usize) } else { (1, t.data.len()) };
+    let mat = rows * cols;
+    let mut data = vec![0f32; t.data.len()];
+    for (j, v) in t.data.iter().enumerate() {
+        let (m, k) = (j / mat, j % mat);
+        data[m * mat + (k % rows) * cols + k / rows] = *v;
+    }
+    HostTensor { dtype: t.dtype, shape: t.shape.clone(), data }
+}
+
+/// Inputs of one iteration: files as given (the same every iteration), the rest generated;
+/// params from the package.
 fn prepare_inputs(
     pkg: &Package,
     opts: &RunOptions,
     it: u32,
     files: &BTreeMap<String, HostTensor>,
 ) -> BTreeMap<String, HostTensor> {
-    let mut inputs = BTreeMap::new();
+    let mut inputs = files
+        .iter()
+        .filter(|(k, _)| is_param(pkg, k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect::<BTreeMap<_, _>>();
     for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
         let t = match files.get(&b.name) {
             Some(t) => t.clone(),
@@ -267,10 +320,19 @@ fn prepare_inputs(
     inputs
 }
 
+fn is_param(pkg: &Package, name: &str) -> bool {
+    pkg.bindings.iter().any(|b| b.direction == Direction::Param && b.name == name)
+}
+
 /// Read the `--input` files, checking each against its binding.
 fn read_input_files(pkg: &Package, opts: &RunOptions) -> Result<BTreeMap<String, HostTensor>, RunError> {
     let mut files = BTreeMap::new();
     for (name, path) in &opts.inputs {
+        if is_param(pkg, name) {
+            return Err(RunError::Input(format!(
+                "--input {name}: `{name}` is a param: its values are resident in the package (rebuild it to change them)"
+            )));
+        }
         let Some(b) = pkg.bindings.iter().find(|b| b.direction == Direction::Input && &b.name == name) else {
             return Err(RunError::Input(format!(
                 "--input {name}: the package has no input tensor of that name"
@@ -339,7 +401,8 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
     }
     let graph = crate::model::parse("<package model>", &pkg.info.model_source)
         .map_err(|e| RunError::Input(e.to_string()))?;
-    let files = read_input_files(pkg, opts)?;
+    let mut files = read_input_files(pkg, opts)?;
+    files.extend(param_values(pkg).map_err(RunError::Input)?);
     load(dev, pkg)?;
     let first = dev.run_to_host_sync()?;
     if first.state != StopState::HostSync {
@@ -368,7 +431,12 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
         let start = Instant::now();
         let inputs = prepare_inputs(pkg, opts, it, &files);
         if let (1, Some(dir)) = (it, &opts.save_inputs) {
-            write_npys(dir, &inputs)?;
+            let given: BTreeMap<String, HostTensor> = inputs
+                .iter()
+                .filter(|(k, _)| !is_param(pkg, k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            write_npys(dir, &given)?;
         }
         info!(iteration = it, elapsed_ms = start.elapsed().as_millis() as u64, "prepared reference inputs");
         let t0 = Instant::now();

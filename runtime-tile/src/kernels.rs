@@ -61,6 +61,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF16ToF8 => "k_cast_f16_f8",
         CastF8ToF16 => "k_cast_f8_f16",
         ScaleF16 => "k_scale_f16",
+        CvtF32ToF16 => "k_cvt_f32_f16",
         SoftmaxF16 => "k_softmax_f16",
     }
 }
@@ -77,6 +78,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF16ToF8 => (CAST_TO_F8_PIPELINED, ""),
         CastF8ToF16 => (CAST, CAST_TO_F16),
         ScaleF16 => (SCALE, ""),
+        CvtF32ToF16 => (CVT_F32_F16, ""),
         SoftmaxF16 => (SOFTMAX, ""),
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
@@ -143,6 +145,39 @@ const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     f8v4tof16 $a2, $a0
     st64pi $a2, $m4, 8
     add $m3, $m3, 4";
+
+/// f32 → f16 in place (`cost::cvt_issues`): descriptor (ptr, quads per block, block stride,
+/// blocks), 16 bytes per worker. Each block's `4·quads` floats become as many halves packed from
+/// the block's start; a quad is read (16 bytes at 16q) before its halves are written (8 bytes at
+/// 8q), so the packing never overwrites a value not yet read.
+const CVT_F32_F16: &str = "
+.align 8
+k_cvt_f32_f16:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m2, $m6, $m15, 4
+    ld32 $m5, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    brz $m7, k_cvt_f32_f16_done
+    brz $m2, k_cvt_f32_f16_done
+    add $m7, $m7, -1
+k_cvt_f32_f16_block:
+    add $m8, $m3, 0
+    add $m9, $m3, 0
+    add $m10, $m2, -1
+k_cvt_f32_f16_loop:
+    ld64pi $a0, $m8, 8
+    f32v2tof16 $a2, $a0
+    ld64pi $a0, $m8, 8
+    f32v2tof16 $a3, $a0
+    st64pi $a2, $m9, 8
+    brnzdec $m10, k_cvt_f32_f16_loop
+    add $m3, $m3, $m5
+    brnzdec $m7, k_cvt_f32_f16_block
+k_cvt_f32_f16_done:
+    exit
+";
 
 /// In-place `x = f16(alpha · f32(x))`; descriptor (ptr, chunks of four halves, alpha bits, 0).
 const SCALE: &str = "

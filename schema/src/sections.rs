@@ -75,6 +75,9 @@ pub enum Direction {
     Input,
     /// Device → host after each inference.
     Output,
+    /// Resident: the values are in the tile images (a param); the host never writes them, and
+    /// reads them from the package for the reference.
+    Param,
 }
 
 /// A strided block copy between a tensor (row-major bytes) and one tile:

@@ -67,7 +67,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     for (i, op) in g.ops.iter().enumerate() {
         match op.kind {
             OpKind::Cast { input } if sides.contains(&op.output) => {
-                if !g.inputs.contains(&input) {
+                if !g.is_source(input) {
                     return unsupported(i, "a cast feeding a matmul's `b` must read a model input".into());
                 }
                 side_casts.push(i);
@@ -79,7 +79,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         return unsupported(0, "no op produces a row result".into());
     }
     let first = row_input(&g.ops[chain[0]].kind);
-    if !g.inputs.contains(&first) {
+    if !g.is_source(first) {
         return unsupported(chain[0], "the first op must read a model input".into());
     }
     for w in chain.windows(2) {
@@ -133,7 +133,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     format!("`{}` must have the batch dimensions {batch:?} or none", bt.name),
                 );
             }
-            if !g.inputs.contains(&b) && !side_casts.iter().any(|&c| g.ops[c].output == b) {
+            if !g.is_source(b) && !side_casts.iter().any(|&c| g.ops[c].output == b) {
                 return unsupported(
                     i,
                     format!("`{}` must be a model input or a cast of one (the operand every row tile reads whole)", bt.name),
@@ -578,7 +578,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let cost = cost::predict(&plans, &horizons);
     let mut bindings = Vec::new();
     for (t, sl) in slices {
-        let direction = if g.inputs.contains(&t) { Direction::Input } else { Direction::Output };
+        let direction = if g.is_source(t) { Direction::Input } else { Direction::Output };
         let transpose = g.ops.iter().any(|o| {
             matches!(o.kind, OpKind::MatMul { b, transpose_b: true, .. } if b == t
             || side_casts.iter().any(|&c| g.ops[c].output == b && row_input(&g.ops[c].kind) == t))

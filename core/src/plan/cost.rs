@@ -18,9 +18,11 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
     match kernel {
         // setup 10 (shl, add, 4×ld32, 2×ld64pi, nop, rpt) + 4 per row incl. the flush row + 2.
         Kernel::AmpF16 | Kernel::AmpF32 | Kernel::AmpF8 => 10 + 4 * count as u64 + 2,
-        Kernel::CastF16ToF8 | Kernel::CastF8ToF16 | Kernel::ScaleF16 | Kernel::SoftmaxF16 => {
-            chain_issues(kernel, count as u64)
-        }
+        Kernel::CastF16ToF8
+        | Kernel::CastF8ToF16
+        | Kernel::ScaleF16
+        | Kernel::SoftmaxF16
+        | Kernel::CvtF32ToF16 => chain_issues(kernel, count as u64),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -55,6 +57,7 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
             }
         }
         Kernel::ScaleF16 => scale_issues(chunks, 1),
+        Kernel::CvtF32ToF16 => cvt_issues(chunks, 1),
         other => kernel_issues(other, chunks as u32),
     }
 }
@@ -67,6 +70,18 @@ pub fn scale_issues(chunks: u64, blocks: u64) -> u64 {
         (0, _) => 10,
         (_, 0) => 11,
         _ => 10 + blocks * (5 + 9 * chunks) + 1,
+    }
+}
+
+/// Worker issues of `cvt_f32_f16` for `quads` groups of four f32 per block over `blocks` blocks:
+/// set-up 8 (shl, add, 4×ld32, 2×brz), `add` 1; per block 3 pointer/count moves, 6 per quad
+/// (2×ld64pi, 2×f32v2tof16, st64pi, brnzdec), then the stride add and brnzdec; exit. An empty
+/// range exits at the first or second branch.
+pub fn cvt_issues(quads: u64, blocks: u64) -> u64 {
+    match (blocks, quads) {
+        (0, _) => 8,
+        (_, 0) => 9,
+        _ => 9 + blocks * (5 + 6 * quads) + 1,
     }
 }
 

@@ -45,13 +45,15 @@ pub struct MatMul {
     pub acc: DType,
     /// Scalar applied to the result on its K-group root, after the reduction (f16 only).
     pub alpha: Option<f32>,
+    /// Output type: `acc`, or f16 when `acc` is f32 (converted once on the K-group root).
+    pub out: DType,
 }
 
 impl MatMul {
     /// Build from graph tensors (dimensions already checked by the model parser).
     pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
-        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None }
+        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc }
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
@@ -304,12 +306,17 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let mut b_slices = Vec::new();
     let mut c_slices = Vec::new();
     let f = fan_in(mm, grid);
-    let mut scales: Vec<(u16, Vec<Word>, u64)> = Vec::new();
+    // Kernels that finish each K-group root's result after the reduction: alpha, f32 → f16.
+    let mut scales: Vec<(u16, Kernel, Vec<Word>, u64)> = Vec::new();
     let mut rounds: Vec<Round> = reduction_rounds(grid.tk, f)
         .iter()
         .map(|_| Round { transfers: Vec::new(), adds: Vec::new() })
         .collect();
-    let elt = mm.acc.size() as u64;
+    // Output bytes per element, and per output row on the tile: f16 results of an f32 AMP are
+    // packed 16 bytes per row by the conversion.
+    let elt = mm.out.size() as u64;
+    let out_row = if mm.out != mm.acc { 16 } else { ROW };
+    let convert = mm.out != mm.acc;
     let bc = mm.block_cols();
     for i in 0..grid.tm {
         let (m0, m1) = split(mm.m, grid.tm, i);
@@ -408,7 +415,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                                     rows: (w1 - w0) as u32,
                                     row_bytes: ((mm.n - nb * bc).min(bc) * elt) as u32,
                                     tensor_stride: mm.n * elt,
-                                    tile_stride: ROW,
+                                    tile_stride: out_row,
                                 });
                             }
                             off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
@@ -418,7 +425,23 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             }
             if let Some(alpha) = mm.alpha {
                 let (words, issues) = super::chain::scale_descriptor(&wr, nbt, cblk, alpha, "C");
-                scales.push((tile_of(i, j, 0), words, issues));
+                scales.push((tile_of(i, j, 0), Kernel::ScaleF16, words, issues));
+            }
+            if convert {
+                // Each worker converts its own rows of every block: 8 floats = 2 quads per row.
+                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
+                for (w0, w1) in &wr {
+                    let quads = 2 * (w1 - w0);
+                    words.extend([
+                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
+                        Word::Const(quads as u32),
+                        Word::Const(cblk as u32),
+                        Word::Const(nbt as u32),
+                    ]);
+                    slowest = slowest.max(cost::cvt_issues(quads, nbt));
+                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                }
+                scales.push((tile_of(i, j, 0), Kernel::CvtF32ToF16, words, slowest));
             }
             if grid.tk > 1 {
                 reduce_group(&mut plans, &mut rounds, |l| tile_of(i, j, l), (grid.tk, f), nbt * cblk);
@@ -451,18 +474,19 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             }
         }
     }
-    // alpha scales the finished sums on each K-group root.
-    for (tile, words, issues) in scales {
+    // alpha scales, or the conversion rounds, the finished sums on each K-group root.
+    for (n, (tile, kernel, words, issues)) in scales.into_iter().enumerate() {
         let p = &mut plans[tile as usize];
-        p.steps.push(Step::Phase("scale".into()));
+        let name = format!("dfin{n}");
+        p.steps.push(Step::Phase(if kernel == Kernel::ScaleF16 { "scale" } else { "convert" }.into()));
         p.buffers.push(Buffer {
-            name: "dscale".into(),
+            name: name.clone(),
             bytes: 4 * words.len() as u32,
             align: 16,
             kind: MemKind::Descriptor,
             init: words,
         });
-        p.steps.push(Step::RunAll(Kernel::ScaleF16, "dscale".into(), issues));
+        p.steps.push(Step::RunAll(kernel, name, issues));
     }
     let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };

@@ -75,6 +75,9 @@ pub enum Kernel {
     ScaleF16,
     /// Row softmax from the matmul output layout into the operand layout (docs/kernels.md).
     SoftmaxF16,
+    /// f32 → f16 in place over blocks of f32 rows, the halves packed from the block's start
+    /// (descriptor: ptr, pairs per block, block stride, blocks).
+    CvtF32ToF16,
 }
 
 /// One step of a tile's `run` call.
@@ -251,6 +254,20 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
             && (alpha.is_none() || accumulate == DType::F16));
+    if !simple {
+        for (i, op) in graph.ops.iter().enumerate() {
+            if let OpKind::MatMul { accumulate, .. } = op.kind {
+                if graph.tensor(op.output).dtype != accumulate {
+                    return Err(PlanError::Unsupported(
+                        i,
+                        "f16 output with f32 accumulation is planned for a single rank-2 matmul in this version; \
+                         in a chain, use accumulate = \"f16\" or an f32 output"
+                            .into(),
+                    ));
+                }
+            }
+        }
+    }
     let mut plan = if simple {
         plan_matmul(graph, opts)?
     } else if opts.column_groups > 1 {
@@ -350,14 +367,16 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         OpKind::Cast { .. } | OpKind::Softmax { .. } => unreachable!("checked above"),
         OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
             let out = graph.tensor(op.output);
-            if out.dtype != accumulate || !matches!(accumulate, DType::F16 | DType::F32) {
+            let rounded_once = out.dtype == DType::F16 && accumulate == DType::F32;
+            if (out.dtype != accumulate && !rounded_once) || !matches!(accumulate, DType::F16 | DType::F32) {
                 return Err(PlanError::Unsupported(0, alloc::format!(
-                    "output dtype {} with accumulate {} is not supported yet (they must be equal: f16 or f32)",
+                    "output dtype {} with accumulate {} is not supported (equal f16 or f32, or f16 output with f32 accumulation)",
                     out.dtype.name(), accumulate.name()
                 )));
             }
             let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
             mm.alpha = alpha;
+            mm.out = out.dtype;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {
@@ -375,10 +394,11 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let named = op_phase(graph, 0);
             for step in plan.tiles.iter_mut().flat_map(|t| t.steps.iter_mut()) {
                 if let Step::Phase(p) = step {
-                    *p = if p == "reduce" {
-                        alloc::format!("reduce {}", graph.tensor(op.output).name)
-                    } else {
-                        named.clone()
+                    *p = match p.as_str() {
+                        "reduce" | "scale" | "convert" => {
+                            alloc::format!("{p} {}", graph.tensor(op.output).name)
+                        }
+                        _ => named.clone(),
                     };
                 }
             }

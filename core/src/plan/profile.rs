@@ -96,6 +96,7 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::CastF16ToF8 => "cast_f16_f8",
         Kernel::CastF8ToF16 => "cast_f8_f16",
         Kernel::ScaleF16 => "scale_f16",
+        Kernel::CvtF32ToF16 => "cvt_f32_f16",
         Kernel::SoftmaxF16 => "softmax_f16",
     }
 }
