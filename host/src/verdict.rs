@@ -84,12 +84,10 @@ pub fn real(v: &Values<'_>, i: usize) -> f64 {
     }
 }
 
-/// Bit equality in device precision (any NaN equals any NaN).
-fn same(dtype: DType, a: f32, b: f32) -> bool {
-    match dtype {
-        DType::F8E4M3 | DType::F8E5M2 => a == b,
-        _ => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-    }
+/// Bit equality in device precision (any NaN equals any NaN). FP8 codes are held as the f32
+/// integers 0..=255, for which bit equality is code equality.
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
 /// |device − reference| for reporting: equal values (equal infinities included) are 0, a NaN or
@@ -153,7 +151,7 @@ pub fn check(
             c.non_finite += 1;
         }
         c.max_abs_error = c.max_abs_error.max(abs_error(d, r));
-        if !same(device.dtype, device.data[i], reference.data[i]) {
+        if !same(device.data[i], reference.data[i]) {
             c.mismatches += 1;
             if c.first_mismatch.is_none() {
                 let check = "device precision";
@@ -292,6 +290,18 @@ mod tests {
         let c = check("P", e(&[65.0]), e(&[64.0]), &[0.125], &[0.0]).unwrap();
         assert_eq!((c.mismatches, c.over_bound), (1, 1));
         assert_eq!(c.first_mismatch.unwrap().reference, 0.125);
+    }
+
+    #[test]
+    fn e5m2_codes_decode_with_their_format_and_scale() {
+        let e = |data| Values { dtype: DType::F8E5M2, scale: 2, data };
+        // F152 (bias 16, 2 mantissa bits): code 0x40 is 1.0, 0x41 is 1.25; times 2^2.
+        assert_eq!(real(&e(&[64.0]), 0), 4.0);
+        assert_eq!(real(&e(&[65.0]), 0), 5.0);
+        let c = check("P", e(&[65.0]), e(&[65.0]), &[5.0], &[0.0]).unwrap();
+        assert!(c.passed(), "{c:?}");
+        let e4 = Values { dtype: DType::F8E4M3, scale: 0, data: &[68.0] };
+        assert_eq!(real(&e4, 0), 1.5, "F143 (bias 8): 0x44 is 1.5");
     }
 
     #[test]
