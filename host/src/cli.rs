@@ -318,6 +318,8 @@ fn run_json(
         "hardware_test": if out.hardware_pass(a.iterations) { "PASS" } else { "FAIL" },
         "iterations": a.iterations,
         "device_seconds": out.device_seconds,
+        "device_instructions": out.device_instructions,
+        "device_instructions_per_second": out.device_instructions as f64 / out.device_seconds.max(1e-9),
         "reference_seconds": out.reference_seconds,
         "outputs": out.outputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
     })

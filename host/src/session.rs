@@ -104,6 +104,8 @@ pub struct RunOutcome {
     pub captured: Option<crate::profile::Captured>,
     /// Host seconds spent in the device's `run` calls.
     pub device_seconds: f64,
+    /// Tile instructions (or bundles) the device issued in the `run` calls, all tiles.
+    pub device_instructions: u64,
     /// Host seconds spent evaluating the reference.
     pub reference_seconds: f64,
 }
@@ -460,6 +462,7 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
             return Err(RunError::Device(DeviceError::Request("tiles halted during the run call".into())));
         }
         outcome.cycles.push(r.cycles);
+        outcome.device_instructions += r.issued;
         outcome.completed_calls += 1;
         if opts.profile && it == opts.iterations {
             outcome.captured = Some(read_stamps(dev, pkg, r.cycle - r.cycles, r.cycles, it)?);
@@ -484,7 +487,15 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
     if outcome.compared_elements == 0 {
         return Err(RunError::Input(format!("{}: the package has no outputs to check", opts.package_path)));
     }
-    info!(max_abs_error_vs_f64 = outcome.max_abs_error_f64, cycles = ?outcome.cycles, "device run finished");
+    info!(
+        max_abs_error_vs_f64 = outcome.max_abs_error_f64,
+        cycles = ?outcome.cycles,
+        tile_instructions = outcome.device_instructions,
+        device_seconds = format!("{:.3}", outcome.device_seconds),
+        instr_per_second = format!("{:.0}", outcome.device_instructions as f64 / outcome.device_seconds.max(1e-9)),
+        reference_seconds = format!("{:.3}", outcome.reference_seconds),
+        "device run finished"
+    );
     if let Some(dir) = &opts.output_dir {
         outcome.outputs = write_npys(dir, &last_outputs)?;
     }

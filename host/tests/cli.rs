@@ -79,12 +79,15 @@ fn build_json_and_run_json_report_the_contract_fields() {
         "f64_error_bound",
         "compared_elements",
         "device_seconds",
+        "device_instructions",
+        "device_instructions_per_second",
         "reference_seconds",
     ] {
         assert!(r.get(f).is_some(), "run --json lacks {f}: {r}");
     }
     assert_eq!(r["non_finite_outputs"]["C"], 0);
     assert!(r["compared_elements"].as_u64().unwrap() > 0);
+    assert!(r["device_instructions"].as_u64().unwrap() > 0);
     let (e, b) = (r["max_abs_error_vs_f64"].as_f64().unwrap(), r["f64_error_bound"].as_f64().unwrap());
     assert!(b > 0.0 && e <= b, "f64 error {e} within its bound {b}");
     assert_eq!(r["device"], "sim");
