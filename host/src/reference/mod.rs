@@ -8,9 +8,12 @@
 use half::f16;
 use ipu_core::fp8::{self, Fp8Format};
 use ipu_core::graph::{matmul_shape, Graph, OpKind};
-use ipu_core::plan::matmul::{fan_in, reduction_rounds, split, Grid, MatMul};
+use ipu_core::plan::matmul::{fan_in, reduction_rounds, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
+
+mod matmul;
+pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
 use std::collections::BTreeMap;
 
 /// A tensor on the host: f32 values of its dtype (exact for f16), or FP8 codes as 0..=255.
@@ -51,121 +54,6 @@ fn real(t: &HostTensor, scale: i8, i: usize) -> f64 {
     } else {
         t.data[i] as f64
     }
-}
-
-struct MatMulArgs<'a> {
-    a: &'a HostTensor,
-    b: &'a HostTensor,
-    ta: bool,
-    tb: bool,
-    acc: DType,
-    tk: u64,
-    /// The K-split reduction rounds (`plan::matmul::reduction_rounds`).
-    rounds: Vec<Vec<(u64, Vec<u64>)>>,
-    iscl: i32,
-    alpha: Option<f32>,
-}
-
-/// Batched `C = alpha · A·B` as the device computes it.
-fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
-    let (a, b) = (p.a, p.b);
-    let ra = a.shape.len();
-    let rb = b.shape.len();
-    let (m, k) = if p.ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
-    let n = if p.tb { b.shape[rb - 2] } else { b.shape[rb - 1] };
-    let batch: u64 = a.shape[..ra - 2].iter().product::<u64>().max(b.shape[..rb - 2].iter().product());
-    let a_batched = ra > 2;
-    let b_batched = rb > 2;
-    let f8 = is_fp8(a.dtype);
-    let (fa, fb) = (fmt(a.dtype), fmt(b.dtype));
-    let val_a = |bi: u64, i: u64, kk: u64| -> f32 {
-        if kk >= k {
-            return 0.0;
-        }
-        let base = if a_batched { bi * m * k } else { 0 };
-        let v =
-            if p.ta { a.data[(base + kk * m + i) as usize] } else { a.data[(base + i * k + kk) as usize] };
-        if f8 {
-            fp8::to_f32(v as u8, fa)
-        } else {
-            v
-        }
-    };
-    let val_b = |bi: u64, kk: u64, j: u64| -> f32 {
-        if kk >= k {
-            return 0.0;
-        }
-        let base = if b_batched { bi * k * n } else { 0 };
-        let v =
-            if p.tb { b.data[(base + j * k + kk) as usize] } else { b.data[(base + kk * n + j) as usize] };
-        if f8 {
-            fp8::to_f32(v as u8, fb)
-        } else {
-            v
-        }
-    };
-    let be = if f8 { 32 } else { 16 };
-    let kb = k.div_ceil(be);
-    let cols = if p.acc == DType::F32 { 8 } else { 16 };
-    let group = cols / 4;
-    let rows: Vec<Vec<f32>> = (0..batch * m)
-        .into_par_iter()
-        .map(|row| {
-            let (bi, i) = (row / m, row % m);
-            (0..n)
-                .map(|j| {
-                    let pin_phase = (j % cols) / group;
-                    let mut pieces = Vec::with_capacity(p.tk as usize);
-                    for l in 0..p.tk {
-                        let (kb0, kb1) = split(kb, p.tk, l);
-                        let mut pin = 0f32;
-                        for blk in kb0..kb1 {
-                            let mut acc = 0f32;
-                            for ph in 0..4 {
-                                if ph == pin_phase {
-                                    acc += pin;
-                                }
-                                if f8 {
-                                    let base = blk * 32 + 8 * ph;
-                                    let pr: [f32; 8] = std::array::from_fn(|q| {
-                                        val_a(bi, i, base + q as u64) * val_b(bi, base + q as u64, j)
-                                    });
-                                    let s = ((pr[0] + pr[1]) + (pr[2] + pr[3]))
-                                        + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
-                                    acc += fp8::scale_pow2(s, p.iscl);
-                                } else {
-                                    let base = blk * 16 + 4 * ph;
-                                    let pr: [f32; 4] = std::array::from_fn(|q| {
-                                        val_a(bi, i, base + q as u64) * val_b(bi, base + q as u64, j)
-                                    });
-                                    acc += (pr[0] + pr[1]) + (pr[2] + pr[3]);
-                                }
-                            }
-                            pin = round(acc, p.acc);
-                        }
-                        pieces.push(pin);
-                    }
-                    // The K-split pieces are added in the planner's reduction tree.
-                    for step in &p.rounds {
-                        for (recv, senders) in step {
-                            for s in senders {
-                                pieces[*recv as usize] =
-                                    round(pieces[*recv as usize] + pieces[*s as usize], p.acc);
-                            }
-                        }
-                    }
-                    let total = pieces[0];
-                    match p.alpha {
-                        Some(al) => f16::from_f32(total * al).to_f32(),
-                        None => total,
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    let mut shape: Vec<u64> = if a_batched { a.shape[..ra - 2].to_vec() } else { b.shape[..rb - 2].to_vec() };
-    shape.extend([m, n]);
-    (rows.concat(), shape)
 }
 
 fn softmax_device(x: &HostTensor) -> Vec<f32> {
@@ -368,35 +256,93 @@ fn matmul_exact(
     r: &Rounding,
 ) -> (Vec<f64>, Vec<f64>) {
     let [(ea, da), (eb, db)] = ops;
-    let (m, k, n) = (l.m, l.k, l.n);
+    let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
     let round_acc = gamma(r.roundings, unit_roundoff(r.acc));
-    let round_f32 = gamma(k + 8, 2f64.powi(-24));
+    let round_f32 = gamma(k as u64 + 8, 2f64.powi(-24));
     let under = r.roundings as f64 * underflow_error(r.acc);
-    (0..len)
+    let batch = len as usize / (m * n).max(1);
+    // Operands laid out once as [batch][m][k] and [batch][k][n] (row-major over the loop that
+    // vectorises), with |x| + δx beside each value; the f64 sums then run over contiguous rows.
+    let gather = |e: &[f64], d: &[f64], batched: bool, rows: usize, cols: usize, transposed: bool| {
+        let nb = if batched { batch } else { 1 };
+        let mut v = vec![0f64; nb * rows * cols];
+        let mut mag = vec![0f64; nb * rows * cols];
+        let mut del = vec![0f64; nb * rows * cols];
+        for bi in 0..nb {
+            for r0 in 0..rows {
+                for c in 0..cols {
+                    let src = bi * rows * cols + if transposed { c * rows + r0 } else { r0 * cols + c };
+                    let dst = bi * rows * cols + r0 * cols + c;
+                    v[dst] = e[src];
+                    mag[dst] = e[src].abs() + d[src];
+                    del[dst] = d[src];
+                }
+            }
+        }
+        (v, mag, del)
+    };
+    let (av, am, ad) = gather(ea, da, l.a_batched, m, k, l.ta);
+    let (bv, bm, bd) = gather(eb, db, l.b_batched, k, n, l.tb);
+    let exact_operands = ad.iter().all(|x| *x == 0.0) && bd.iter().all(|x| *x == 0.0);
+    let al = r.alpha.unwrap_or(1.0);
+    // Four rows at a time share each row of B; columns in chunks of 256 keep the sums in L1.
+    const R: usize = 4;
+    const J: usize = 256;
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..(batch * m).div_ceil(R))
         .into_par_iter()
-        .map(|idx| {
-            let (bi, rest) = (idx / (m * n), idx % (m * n));
-            let (ii, j) = (rest / n, rest % n);
-            let (mut s, mut mag, mut prop) = (0f64, 0f64, 0f64);
-            for kk in 0..k {
-                let ai =
-                    if l.ta { kk * m + ii } else { ii * k + kk } + if l.a_batched { bi * m * k } else { 0 };
-                let bj =
-                    if l.tb { j * k + kk } else { kk * n + j } + if l.b_batched { bi * k * n } else { 0 };
-                let (av, bv, ad, bd) = (ea[ai as usize], eb[bj as usize], da[ai as usize], db[bj as usize]);
-                s += av * bv;
-                mag += (av.abs() + ad) * (bv.abs() + bd);
-                prop += ad * bv.abs() + av.abs() * bd + ad * bd;
+        .flat_map_iter(|chunk| {
+            let rows: Vec<usize> = (chunk * R..((chunk + 1) * R).min(batch * m)).collect();
+            let mut s = vec![vec![0f64; n]; rows.len()];
+            let mut mag = vec![vec![0f64; n]; rows.len()];
+            let mut prop = vec![vec![0f64; n]; rows.len()];
+            let abase: Vec<usize> =
+                rows.iter().map(|&row| (if l.a_batched { row / m } else { 0 } * m + row % m) * k).collect();
+            for j0 in (0..n).step_by(J) {
+                let jn = J.min(n - j0);
+                for kk in 0..k {
+                    for (x, &row) in rows.iter().enumerate() {
+                        let bbase = if l.b_batched { row / m } else { 0 } * k * n + kk * n + j0;
+                        let (b, b_mag) = (&bv[bbase..bbase + jn], &bm[bbase..bbase + jn]);
+                        let (a, a_mag) = (av[abase[x] + kk], am[abase[x] + kk]);
+                        for ((sj, b), (mj, bmj)) in
+                            s[x][j0..j0 + jn].iter_mut().zip(b).zip(mag[x][j0..j0 + jn].iter_mut().zip(b_mag))
+                        {
+                            *sj += a * b;
+                            *mj += a_mag * bmj;
+                        }
+                        if !exact_operands {
+                            // δa·(|b| + δb) + |a|·δb: the operands' own errors carried through.
+                            let (a_del, b_del) = (ad[abase[x] + kk], &bd[bbase..bbase + jn]);
+                            for ((pj, bmj), bdj) in prop[x][j0..j0 + jn].iter_mut().zip(b_mag).zip(b_del) {
+                                *pj += a_del * bmj + a.abs() * bdj;
+                            }
+                        }
+                    }
+                }
             }
-            let al = r.alpha.unwrap_or(1.0);
-            let mut bd = al.abs() * (prop + (round_acc + round_f32) * mag + under);
-            if r.alpha.is_some() {
-                bd += unit_roundoff(DType::F16) * al.abs() * mag * (1.0 + round_acc + round_f32)
-                    + underflow_error(DType::F16);
-            }
-            (s * al, bd)
+            (0..rows.len())
+                .map(|x| {
+                    let bounds = (0..n)
+                        .map(|j| {
+                            let mut bd =
+                                al.abs() * (prop[x][j] + (round_acc + round_f32) * mag[x][j] + under);
+                            if r.alpha.is_some() {
+                                bd += unit_roundoff(DType::F16)
+                                    * al.abs()
+                                    * mag[x][j]
+                                    * (1.0 + round_acc + round_f32)
+                                    + underflow_error(DType::F16);
+                            }
+                            bd
+                        })
+                        .collect::<Vec<f64>>();
+                    (s[x].iter().map(|v| v * al).collect::<Vec<f64>>(), bounds)
+                })
+                .collect::<Vec<_>>()
         })
-        .unzip()
+        .collect();
+    let (ex, bd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = rows.into_iter().unzip();
+    (ex.concat(), bd.concat())
 }
 
 /// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
