@@ -140,7 +140,11 @@ fn malformed_models_name_file_line_and_problem_and_leave_no_package() {
         (base.replace("b = \"B\"", "b = \"Bx\""), "field `b`: unknown tensor `Bx`"),
         (base.replace("op = \"matmul\"", "op = \"conv\""), "unknown op `conv`"),
         (base.replace("shape = [100, 72]", "shape = [99, 72]"), "shape mismatch"),
-        (base.replace("accumulate = \"f16\"", "accumulate = \"f32\""), "unsupported dtype combination"),
+        // f16 output with f32 accumulation is supported; f32 output of f16 partial sums is not.
+        (
+            base.replace("dtype = \"f16\"\naccumulate = \"f16\"", "dtype = \"f32\"\naccumulate = \"f16\""),
+            "unsupported dtype combination: output f32 with accumulate f16",
+        ),
         (
             base.replace("dtype = \"f16\"\nshape = [200, 100]", "dtype = \"f32\"\nshape = [200, 100]"),
             "unsupported dtype combination",

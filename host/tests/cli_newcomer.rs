@@ -84,7 +84,7 @@ fn json_stdout_is_one_document() {
     serde_json::from_str::<serde_json::Value>(&out).expect("inspect --json is one document");
 }
 
-const TWO_MATMULS: &str = r#"name = "overflow"
+const SMALL_MATMUL: &str = r#"name = "overflow"
 outputs = ["C"]
 [inputs.A]
 dtype = "f16"
@@ -107,7 +107,7 @@ accumulate = "f16"
 fn overflow_names_the_first_mismatching_element() {
     let d = tempfile::tempdir().unwrap();
     let model = d.path().join("ov.toml");
-    std::fs::write(&model, TWO_MATMULS).unwrap();
+    std::fs::write(&model, SMALL_MATMUL).unwrap();
     let pkg = build(d.path(), &model, 2);
     let mut a = vec![0.0f32; 32];
     a[16] = 60000.0; // row 1, k 0
