@@ -17,6 +17,19 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
         .max_by_key(|(i, m)| (size(m), usize::MAX - i))
         .map(|(i, m)| (i, size(m)))
         .unwrap_or((0, 0));
+    // Params are tensor memory whose values came with the package: their bytes per tile, from the
+    // param bindings' slices.
+    let mut params = vec![0u64; pkg.tiles.len()];
+    for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Param) {
+        for s in &b.slices {
+            if let Some(p) = params.get_mut(s.tile as usize) {
+                *p += s.rows as u64 * s.row_bytes as u64;
+            }
+        }
+    }
+    let params_total: u64 = params.iter().sum();
+    let params_max =
+        params.iter().enumerate().max_by_key(|(i, b)| (**b, usize::MAX - i)).map(|(i, b)| (i, *b));
     let samples = |p: &ipu_schema::ProfilePlan| p.tiles.iter().map(|t| t.samples.len()).sum::<usize>();
     if json {
         let v = serde_json::json!({
@@ -25,12 +38,13 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
             "tile_count": pkg.tile_count,
             "tiles_used": pkg.info.tiles_used,
             "predicted_cycles": pkg.plan.predicted_cycles,
-            "memory_bytes": {"code": total(|m| m.code), "tensors": total(|m| m.tensors),
+            "memory_bytes": {"code": total(|m| m.code), "tensors": total(|m| m.tensors), "params": params_total,
                 "descriptors": total(|m| m.descriptors), "exchange": total(|m| m.exchange), "host": total(|m| m.host),
                 "profile": total(|m| m.profile)},
             "profile_plan": pkg.plan.profile.as_ref().map(|p| serde_json::json!({"phases": p.phases,
                 "kernels": p.kernels, "samples": samples(p)})),
             "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1},
+            "largest_params_tile": params_max.map(|(t, b)| serde_json::json!({"tile": t, "bytes": b})),
             "sections": sections.iter().map(|(k, b)| serde_json::json!({"kind": k.name(), "bytes": b.len()})).collect::<Vec<_>>(),
             "bindings": pkg.bindings.iter().map(|b| serde_json::json!({"name": b.name, "dtype": b.dtype.name(),
                 "shape": b.shape, "direction": direction(b.direction).trim(),
@@ -47,7 +61,7 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
     let _ = writeln!(out, "predicted cycles per run call: {}", pkg.plan.predicted_cycles);
     let _ = writeln!(
         out,
-        "memory over all tiles (bytes): code={} tensors={} descriptors={} exchange={} host={} profile={}",
+        "memory over all tiles (bytes): code={} tensors={} (params {params_total}) descriptors={} exchange={} host={} profile={}",
         total(|m| m.code),
         total(|m| m.tensors),
         total(|m| m.descriptors),
@@ -64,6 +78,12 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
         }
     }
     let _ = writeln!(out, "largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
+    if let Some((t, b)) = params_max.filter(|p| p.1 > 0) {
+        let _ = writeln!(
+            out,
+            "most params on one tile: {b} bytes on tile {t} (resident, loaded with the program)"
+        );
+    }
     let _ = writeln!(out, "sections:");
     for (k, b) in &sections {
         let _ = writeln!(out, "  {:<14} {:>10} bytes", k.name(), b.len());

@@ -90,6 +90,17 @@ fn an_f16_param_from_an_f32_npy_is_rounded_to_nearest_even_and_resident() {
     assert_eq!(held["W"].data, want);
     assert!(w.iter().zip(&want).any(|(a, b)| a != b), "the conversion rounds");
     run(&pkg, 8);
+    // inspect counts the param bytes per tile: every tile of the grid holds its share of W.
+    let text = ipu_host::inspect::render(&pkg, &built.bytes, false);
+    let json: serde_json::Value =
+        serde_json::from_str(&ipu_host::inspect::render(&pkg, &built.bytes, true)).unwrap();
+    let per_tile: u64 = b.slices.iter().map(|s| s.rows as u64 * s.row_bytes as u64).sum();
+    assert_eq!(json["memory_bytes"]["params"], per_tile);
+    assert!(per_tile >= 40 * 24 * 2, "every byte of W at least once: {per_tile}");
+    assert!(
+        text.contains(&format!("(params {per_tile})")) && text.contains("most params on one tile"),
+        "{text}"
+    );
     // A param is not an input: `--input W=…` is refused, naming it.
     let mut dev = SimDevice::new(SimConfig { tiles: 8, threads: 1, max_cycles: 1_000_000 }).unwrap();
     let opts = RunOptions {
