@@ -257,6 +257,12 @@ pub struct LayoutOutcome {
     pub attempts: u32,
 }
 
+/// What the search keeps of a planned candidate.
+struct Figures {
+    cost: ipu_core::plan::cost::Cost,
+    exchange_bytes: u64,
+}
+
 /// Local search over the layout of a row chain (docs/search.md): where the casts of matmul side
 /// operands run (replicated on every tile — the baseline —, or a share cast on each tile before or
 /// after an all-gather), and into how many column groups the final matmul is split. Candidates
@@ -314,7 +320,14 @@ pub fn chain_layout(
         .take(attempts as usize)
         .collect();
     let start = (state.attempts as usize).min(candidates.len());
-    let evaluated: Vec<_> = pool.install(|| candidates[start..].par_iter().map(|&x| (x, cost(x))).collect());
+    // Only the figures of each plan are kept: a full 1472-tile plan per candidate held at once
+    // took over a GB for the Q·Kᵀ example.
+    let evaluated: Vec<_> = pool.install(|| {
+        candidates[start..]
+            .par_iter()
+            .map(|&x| (x, cost(x).map(|p| Figures { cost: p.cost, exchange_bytes: p.exchange_bytes })))
+            .collect()
+    });
     let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
     for (i, (x, p)) in evaluated.iter().enumerate() {
         let attempt = start + i + 1;
