@@ -210,8 +210,11 @@ enum Cmd {
 
 const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
   matmul   a, b, transpose_a, transpose_b, leading batch dims, alpha, accumulate = f16|f32, dtype
-  cast     input, dtype (f16 <-> f8e4m3 / f8e5m2), power-of-two scale
+           (f16 output of f32 accumulation for a single matmul)
+  cast     input, dtype (f16 <-> f8e4m3 / f8e5m2, f32 <-> f16), power-of-two scale
   softmax  input (last axis, f32 statistics)
+
+PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale
 
 EXAMPLES:
   ipu-codegen build examples/matmul.toml -o mm.ipuexe

@@ -376,12 +376,15 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     return cx
                         .err(scale_span, format!("{}: a scale applies only to casts to FP8", here("scale")));
                 }
-                let supported = (from == DType::F16 && fp8(to)) || (fp8(from) && to == DType::F16);
+                let supported = (from == DType::F16 && fp8(to))
+                    || (fp8(from) && to == DType::F16)
+                    || (from == DType::F32 && to == DType::F16)
+                    || (from == DType::F16 && to == DType::F32);
                 if !supported {
                     return cx.err(
                         op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
                         format!(
-                        "{}: unsupported dtype combination: cast {} → {} (supported: f16 ↔ f8e4m3/f8e5m2)",
+                        "{}: unsupported dtype combination: cast {} → {} (supported: f16 ↔ f8e4m3/f8e5m2, f32 ↔ f16)",
                         here("dtype"), from.name(), to.name()),
                     );
                 }

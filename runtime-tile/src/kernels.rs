@@ -62,6 +62,8 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF8ToF16 => "k_cast_f8_f16",
         ScaleF16 => "k_scale_f16",
         CvtF32ToF16 => "k_cvt_f32_f16",
+        CastF32ToF16 => "k_cast_f32_f16",
+        CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
     }
 }
@@ -79,6 +81,8 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF8ToF16 => (CAST, CAST_TO_F16),
         ScaleF16 => (SCALE, ""),
         CvtF32ToF16 => (CVT_F32_F16, ""),
+        CastF32ToF16 => (CAST, CAST_F32_TO_F16),
+        CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
@@ -140,6 +144,20 @@ k_cast_f16_f8:
 k_cast_f16_f8_done:
     exit
 ";
+
+/// Four f32 → four f16 (round to nearest even): 16 bytes in, 8 out.
+const CAST_F32_TO_F16: &str = "    ld64pi $a0, $m3, 8
+    f32v2tof16 $a2, $a0
+    ld64pi $a0, $m3, 8
+    f32v2tof16 $a3, $a0
+    st64pi $a2, $m4, 8";
+
+/// Four f16 → four f32 (exact): 8 bytes in, 16 out.
+const CAST_F16_TO_F32: &str = "    ld64pi $a0, $m3, 8
+    f16v2tof32 $a2, $a0
+    f16v2tof32 $a4, $a1
+    st64pi $a2, $m4, 8
+    st64pi $a4, $m4, 8";
 
 const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     f8v4tof16 $a2, $a0

@@ -67,6 +67,13 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     for (i, op) in g.ops.iter().enumerate() {
         match op.kind {
             OpKind::Cast { input } if sides.contains(&op.output) => {
+                if !is_fp8(g.tensor(op.output).dtype) || g.tensor(input).dtype != DType::F16 {
+                    return unsupported(
+                        i,
+                        "a cast feeding a matmul's `b` must be f16 → FP8 (give an f32 `b` as an f16 input or param instead)"
+                            .into(),
+                    );
+                }
                 if !g.is_source(input) {
                     return unsupported(i, "a cast feeding a matmul's `b` must read a model input".into());
                 }
@@ -437,10 +444,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         };
                         let chunks = cols(src).div_ceil(be) * rows * be / 4;
                         let (si, so) = (g.tensor(src).dtype.size() as u64, g.tensor(dst).dtype.size() as u64);
-                        let k = if is_fp8(g.tensor(dst).dtype) {
-                            Kernel::CastF16ToF8
-                        } else {
-                            Kernel::CastF8ToF16
+                        let k = match (g.tensor(src).dtype, g.tensor(dst).dtype) {
+                            (DType::F32, DType::F16) => Kernel::CastF32ToF16,
+                            (DType::F16, DType::F32) => Kernel::CastF16ToF32,
+                            (_, d) if is_fp8(d) => Kernel::CastF16ToF8,
+                            _ => Kernel::CastF8ToF16,
                         };
                         let fmt_of = if is_fp8(g.tensor(dst).dtype) { g.tensor(dst) } else { g.tensor(src) };
                         // Blocks hold 16 or 32 values per row: the f16 → FP8 kernel takes pairs of chunks.

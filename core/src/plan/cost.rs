@@ -22,7 +22,9 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF8ToF16
         | Kernel::ScaleF16
         | Kernel::SoftmaxF16
-        | Kernel::CvtF32ToF16 => chain_issues(kernel, count as u64),
+        | Kernel::CvtF32ToF16
+        | Kernel::CastF32ToF16
+        | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -54,6 +56,14 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
                 13
             } else {
                 14 + 5 * chunks
+            }
+        }
+        // 12 setup up to brz; add; 6 per chunk (5 body, brnzdec); exit.
+        Kernel::CastF32ToF16 | Kernel::CastF16ToF32 => {
+            if chunks == 0 {
+                13
+            } else {
+                14 + 6 * chunks
             }
         }
         Kernel::ScaleF16 => scale_issues(chunks, 1),

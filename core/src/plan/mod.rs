@@ -75,6 +75,10 @@ pub enum Kernel {
     ScaleF16,
     /// Row softmax from the matmul output layout into the operand layout (docs/kernels.md).
     SoftmaxF16,
+    /// f32 → f16 over chunks of four values (same descriptor as the FP8 casts; format unused).
+    CastF32ToF16,
+    /// f16 → f32 over chunks of four values (same descriptor).
+    CastF16ToF32,
     /// f32 → f16 in place over blocks of f32 rows, the halves packed from the block's start
     /// (descriptor: ptr, pairs per block, block stride, blocks).
     CvtF32ToF16,

@@ -184,7 +184,10 @@ pub fn evaluate(
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
-                let data: Vec<f32> = if is_fp8(out.dtype) {
+                let data: Vec<f32> = if !is_fp8(out.dtype) && !is_fp8(x.dtype) {
+                    // f32 → f16 rounds to nearest even; f16 → f32 is exact.
+                    x.data.iter().map(|v| round(*v, out.dtype)).collect()
+                } else if is_fp8(out.dtype) {
                     x.data
                         .iter()
                         .map(|v| {
