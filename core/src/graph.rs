@@ -56,6 +56,13 @@ pub enum OpKind {
         /// Source.
         input: TensorId,
     },
+    /// `output = a + b` with NumPy broadcasting, f16 (each sum rounded once to f16).
+    Add {
+        /// Left operand.
+        a: TensorId,
+        /// Right operand.
+        b: TensorId,
+    },
 }
 
 /// One operation.
@@ -98,6 +105,20 @@ impl Graph {
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))
     }
+}
+
+/// NumPy broadcast of two shapes (`None` when they do not broadcast).
+pub fn broadcast_shape(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
+    let len = a.len().max(b.len());
+    let at = |s: &[u64], i: usize| if i + s.len() >= len { s[i + s.len() - len] } else { 1 };
+    (0..len)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Matmul dimensions of rank-2 operands after transposes: `[M, K] · [K, N]`.

@@ -393,6 +393,32 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Cast { input }, output });
             }
+            "add" => {
+                only(&["op", "a", "b", "output", "dtype"])?;
+                let (a, b) = (tensor(&op.a, "a", &g)?, tensor(&op.b, "b", &g)?);
+                let to = dtype(&op.dtype, "dtype")?;
+                let (at, bt) = (g.tensor(a), g.tensor(b));
+                if at.dtype != DType::F16 || bt.dtype != DType::F16 || to != DType::F16 {
+                    return cx.err(
+                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                        format!(
+                        "{}: unsupported dtype combination: add {} + {} → {} (supported: f16 + f16 → f16)",
+                        here("dtype"), at.dtype.name(), bt.dtype.name(), to.name()),
+                    );
+                }
+                let Some(shape) = ipu_core::graph::broadcast_shape(&at.shape, &bt.shape) else {
+                    return cx.err(
+                        op.b.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                        format!(
+                            "op {i} (add): shapes {:?} and {:?} do not broadcast (NumPy rules)",
+                            at.shape, bt.shape
+                        ),
+                    );
+                };
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Add { a, b }, output });
+            }
             "softmax" => {
                 only(&["op", "input", "output", "dtype"])?;
                 let input = tensor(&op.input, "input", &g)?;
@@ -411,7 +437,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             other => {
                 return cx.err(
                     op.op.span(),
-                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax)"),
+                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add)"),
                 )
             }
         }

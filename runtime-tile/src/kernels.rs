@@ -62,6 +62,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF8ToF16 => "k_cast_f8_f16",
         ScaleF16 => "k_scale_f16",
         CvtF32ToF16 => "k_cvt_f32_f16",
+        BiasF16 => "k_bias_f16",
         CastF32ToF16 => "k_cast_f32_f16",
         CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
@@ -81,6 +82,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF8ToF16 => (CAST, CAST_TO_F16),
         ScaleF16 => (SCALE, ""),
         CvtF32ToF16 => (CVT_F32_F16, ""),
+        BiasF16 => (BIAS_F16, ""),
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
@@ -163,6 +165,50 @@ const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     f8v4tof16 $a2, $a0
     st64pi $a2, $m4, 8
     add $m3, $m3, 4";
+
+/// `row += bias` in place over f16 AMP output blocks (`cost::bias_issues`): descriptor (ptr, rows,
+/// block stride, blocks, bias ptr, 0, 0, 0), 32 bytes per worker. Each block's 16 bias values
+/// (32 bytes, consecutive per block) are held in $a8..$a15 while its rows stream through.
+const BIAS_F16: &str = "
+.align 8
+k_bias_f16:
+    shl $m6, $m0, 5
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m2, $m6, $m15, 4
+    ld32 $m5, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    ld32 $m4, $m6, $m15, 16
+    brz $m7, k_bias_f16_done
+    brz $m2, k_bias_f16_done
+    add $m7, $m7, -1
+k_bias_f16_block:
+    ld64pi $a8, $m4, 8
+    ld64pi $a10, $m4, 8
+    ld64pi $a12, $m4, 8
+    ld64pi $a14, $m4, 8
+    add $m8, $m3, 0
+    add $m9, $m3, 0
+    add $m10, $m2, -1
+k_bias_f16_row:
+    ld64pi $a0, $m8, 8
+    f16v4add $a0, $a0, $a8
+    st64pi $a0, $m9, 8
+    ld64pi $a0, $m8, 8
+    f16v4add $a0, $a0, $a10
+    st64pi $a0, $m9, 8
+    ld64pi $a0, $m8, 8
+    f16v4add $a0, $a0, $a12
+    st64pi $a0, $m9, 8
+    ld64pi $a0, $m8, 8
+    f16v4add $a0, $a0, $a14
+    st64pi $a0, $m9, 8
+    brnzdec $m10, k_bias_f16_row
+    add $m3, $m3, $m5
+    brnzdec $m7, k_bias_f16_block
+k_bias_f16_done:
+    exit
+";
 
 /// f32 → f16 in place (`cost::cvt_issues`): descriptor (ptr, quads per block, block stride,
 /// blocks), 16 bytes per worker. Each block's `4·quads` floats become as many halves packed from

@@ -51,11 +51,20 @@ fn row_input(kind: &OpKind) -> TensorId {
     match kind {
         OpKind::MatMul { a, .. } => *a,
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
+        OpKind::Add { a, .. } => *a,
     }
 }
 
 /// Plan a row chain.
 pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. })) {
+        return unsupported(
+            i,
+            "add is planned as the bias of a single rank-2 matmul in this version (`matmul` then `add` of \
+             an f16 vector of the matmul's columns, the sum the only output)"
+                .into(),
+        );
+    }
     // Side casts: casts whose output is some matmul's right operand.
     let sides: Vec<TensorId> = g
         .ops
@@ -170,6 +179,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(next, "softmax must read a matmul result".into())
                 }
+                OpKind::Add { .. } => unreachable!("refused above"),
             }
         } else {
             Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
@@ -518,6 +528,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
+                    OpKind::Add { .. } => unreachable!("refused above"),
                     OpKind::Softmax { .. } => {
                         let (Layout::Out { .. }, Layout::Blocks { be, elt }) = (layout[&src], layout[&dst])
                         else {

@@ -77,6 +77,7 @@ fn reads(k: &OpKind, t: TensorId) -> bool {
     match *k {
         OpKind::MatMul { a, b, .. } => a == t || b == t,
         OpKind::Cast { input } | OpKind::Softmax { input } => input == t,
+        OpKind::Add { a, b } => a == t || b == t,
     }
 }
 

@@ -25,6 +25,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CvtF32ToF16
         | Kernel::CastF32ToF16
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
+        Kernel::BiasF16 => bias_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -80,6 +81,17 @@ pub fn scale_issues(chunks: u64, blocks: u64) -> u64 {
         (0, _) => 10,
         (_, 0) => 11,
         _ => 10 + blocks * (5 + 9 * chunks) + 1,
+    }
+}
+
+/// Worker issues of `bias_f16` for `rows` rows per block over `blocks` blocks: set-up 9 (shl,
+/// add, 5×ld32, 2×brz), `add` 1; per block 4 bias loads and 3 pointer/count moves, 13 per row
+/// (4 × ld64pi, f16v4add, st64pi; brnzdec), the stride add and brnzdec; exit. Empty: 9 or 10.
+pub fn bias_issues(rows: u64, blocks: u64) -> u64 {
+    match (blocks, rows) {
+        (0, _) => 9,
+        (_, 0) => 10,
+        _ => 10 + blocks * (9 + 13 * rows) + 1,
     }
 }
 

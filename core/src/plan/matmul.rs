@@ -47,13 +47,16 @@ pub struct MatMul {
     pub alpha: Option<f32>,
     /// Output type: `acc`, or f16 when `acc` is f32 (converted once on the K-group root).
     pub out: DType,
+    /// A fused bias `(vector, sum)`: the result is `sum = C + vector` (one f16 value per column),
+    /// added on each K-group root after alpha; the output binding is then `sum`'s.
+    pub bias: Option<(TensorId, TensorId)>,
 }
 
 impl MatMul {
     /// Build from graph tensors (dimensions already checked by the model parser).
     pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
-        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc }
+        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, bias: None }
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
@@ -308,6 +311,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let f = fan_in(mm, grid);
     // Kernels that finish each K-group root's result after the reduction: alpha, f32 → f16.
     let mut scales: Vec<(u16, Kernel, Vec<Word>, u64)> = Vec::new();
+    let mut bias_slices = Vec::new();
     let mut rounds: Vec<Round> = reduction_rounds(grid.tk, f)
         .iter()
         .map(|_| Round { transfers: Vec::new(), adds: Vec::new() })
@@ -427,6 +431,40 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 let (words, issues) = super::chain::scale_descriptor(&wr, nbt, cblk, alpha, "C");
                 scales.push((tile_of(i, j, 0), Kernel::ScaleF16, words, issues));
             }
+            if mm.bias.is_some() {
+                // The root holds the bias values of its column blocks, 16 per block (32 bytes).
+                let root = tile_of(i, j, 0);
+                plans[root as usize].buffers.push(zero("Bias", nbt * 32, MemKind::Tensor));
+                for nbl in 0..nbt {
+                    let nb = nb0 + nbl;
+                    bias_slices.push(SliceRef {
+                        tile: root,
+                        buffer: "Bias".into(),
+                        offset: (nbl * 32) as u32,
+                        tensor_offset: nb * bc * 2,
+                        rows: 1,
+                        row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+                        tensor_stride: 0,
+                        tile_stride: 32,
+                    });
+                }
+                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
+                for (w0, w1) in &wr {
+                    words.extend([
+                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
+                        Word::Const((w1 - w0) as u32),
+                        Word::Const(cblk as u32),
+                        Word::Const(nbt as u32),
+                        Word::Sym("Bias".into(), 0),
+                        Word::Const(0),
+                        Word::Const(0),
+                        Word::Const(0),
+                    ]);
+                    slowest = slowest.max(cost::bias_issues(w1 - w0, nbt));
+                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                }
+                scales.push((root, Kernel::BiasF16, words, slowest));
+            }
             if convert {
                 // Each worker converts its own rows of every block: 8 floats = 2 quads per row.
                 let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
@@ -478,7 +516,12 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     for (n, (tile, kernel, words, issues)) in scales.into_iter().enumerate() {
         let p = &mut plans[tile as usize];
         let name = format!("dfin{n}");
-        p.steps.push(Step::Phase(if kernel == Kernel::ScaleF16 { "scale" } else { "convert" }.into()));
+        let phase = match kernel {
+            Kernel::ScaleF16 => "scale",
+            Kernel::BiasF16 => "bias",
+            _ => "convert",
+        };
+        p.steps.push(Step::Phase(phase.into()));
         p.buffers.push(Buffer {
             name: name.clone(),
             bytes: 4 * words.len() as u32,
@@ -495,8 +538,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         bindings: vec![
             bind(mm.a, Direction::Input, mm.ta, a_slices),
             bind(mm.b, Direction::Input, mm.tb, b_slices),
-            bind(mm.c, Direction::Output, false, c_slices),
-        ],
+            bind(mm.bias.map(|(_, sum)| sum).unwrap_or(mm.c), Direction::Output, false, c_slices),
+        ]
+        .into_iter()
+        .chain(mm.bias.map(|(vector, _)| bind(vector, Direction::Input, false, bias_slices)))
+        .collect(),
         cost,
         tiles_used: used as u32,
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],

@@ -75,6 +75,9 @@ pub enum Kernel {
     ScaleF16,
     /// Row softmax from the matmul output layout into the operand layout (docs/kernels.md).
     SoftmaxF16,
+    /// `row += bias` over blocks of f16 AMP output rows, the block's 16 bias values held in
+    /// registers (descriptor: ptr, rows, block stride, blocks, bias ptr, 0, 0, 0).
+    BiasF16,
     /// f32 → f16 over chunks of four values (same descriptor as the FP8 casts; format unused).
     CastF32ToF16,
     /// f16 → f32 over chunks of four values (same descriptor).
@@ -245,6 +248,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::MatMul { .. } => "matmul",
         OpKind::Cast { .. } => "cast",
         OpKind::Softmax { .. } => "softmax",
+        OpKind::Add { .. } => "add",
     };
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
@@ -253,7 +257,8 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// matmul planner (any grid, K split over the exchange, either operand transposed); everything
 /// else the row-chain planner (`chain.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
-    let simple = graph.ops.len() == 1
+    let bias = fused_bias(graph);
+    let simple = (graph.ops.len() == 1 || bias.is_some())
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
@@ -273,7 +278,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         }
     }
     let mut plan = if simple {
-        plan_matmul(graph, opts)?
+        plan_matmul(graph, opts, bias)?
     } else if opts.column_groups > 1 {
         let (split, how) = columns::split(graph, opts.column_groups as u64)?;
         let mut plan = chain::plan(&split, opts)?;
@@ -365,10 +370,39 @@ fn buffer_tensor(graph: &Graph, name: &str) -> Option<String> {
     id.map(|n| alloc::format!("tensor `{n}`"))
 }
 
-fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+/// The bias pattern the matmul planner fuses: a rank-2 f16 matmul (f16 partials) followed by an
+/// `add` of its result and an f16 vector of its columns (`[N]` or `[1, N]`, an input or a param),
+/// the sum the model's only output. Returns `(vector, sum)`.
+fn fused_bias(g: &Graph) -> Option<(TensorId, TensorId)> {
+    let [mm, add] = &g.ops[..] else { return None };
+    let OpKind::MatMul { accumulate: DType::F16, .. } = mm.kind else { return None };
+    let OpKind::Add { a, b } = add.kind else { return None };
+    let vector = if a == mm.output {
+        b
+    } else if b == mm.output {
+        a
+    } else {
+        return None;
+    };
+    let (c, v) = (g.tensor(mm.output), g.tensor(vector));
+    let n = *c.shape.last()?;
+    let is_vector = v.shape == [n] || v.shape == [1, n];
+    (c.dtype == DType::F16
+        && is_vector
+        && g.is_source(vector)
+        && g.outputs == [add.output]
+        && c.shape.len() == 2)
+        .then_some((vector, add.output))
+}
+
+fn plan_matmul(
+    graph: &Graph,
+    opts: PlanOptions,
+    bias: Option<(TensorId, TensorId)>,
+) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
-        OpKind::Cast { .. } | OpKind::Softmax { .. } => unreachable!("checked above"),
+        OpKind::Cast { .. } | OpKind::Softmax { .. } | OpKind::Add { .. } => unreachable!("checked above"),
         OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
             let out = graph.tensor(op.output);
             let rounded_once = out.dtype == DType::F16 && accumulate == DType::F32;
@@ -381,6 +415,7 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
             mm.alpha = alpha;
             mm.out = out.dtype;
+            mm.bias = bias;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {
@@ -402,6 +437,7 @@ fn plan_matmul(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         "reduce" | "scale" | "convert" => {
                             alloc::format!("{p} {}", graph.tensor(op.output).name)
                         }
+                        "bias" => op_phase(graph, 1),
                         _ => named.clone(),
                     };
                 }

@@ -113,6 +113,23 @@ pub fn gamma(n: u64, u: f64) -> f64 {
     }
 }
 
+/// The flat index into a tensor of shape `from` that NumPy broadcasting reads for flat index `i`
+/// of a result of shape `to`.
+fn broadcast_index(to: &[u64], from: &[u64], mut i: usize) -> usize {
+    let (mut idx, mut stride) = (0usize, 1usize);
+    for d in (0..to.len()).rev() {
+        let coord = i % to[d] as usize;
+        i /= to[d] as usize;
+        if let Some(fd) = (d + from.len()).checked_sub(to.len()) {
+            if from[fd] != 1 {
+                idx += coord * stride;
+            }
+            stride *= from[fd] as usize;
+        }
+    }
+    idx
+}
+
 /// Evaluate every op of the graph.
 pub fn evaluate(
     g: &Graph,
@@ -210,6 +227,28 @@ pub fn evaluate(
                 let ex = exact[name].clone();
                 let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
                 (t, ex, bd)
+            }
+            OpKind::Add { a, b } => {
+                let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
+                let (na, nb) = (&g.tensor(*a).name, &g.tensor(*b).name);
+                let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &bound[na], &bound[nb]);
+                let n = out.elements() as usize;
+                let (ia, ib): (Vec<usize>, Vec<usize>) = (0..n)
+                    .map(|i| {
+                        (broadcast_index(&out.shape, &x.shape, i), broadcast_index(&out.shape, &y.shape, i))
+                    })
+                    .unzip();
+                // The device adds in f32 and rounds once to f16 (`f16v4add`).
+                let data = (0..n).map(|i| round(x.data[ia[i]] + y.data[ib[i]], DType::F16)).collect();
+                let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
+                let ex: Vec<f64> = (0..n).map(|i| ea[ia[i]] + eb[ib[i]]).collect();
+                let bd = (0..n)
+                    .map(|i| {
+                        let carried = ba[ia[i]] + bb[ib[i]];
+                        carried + u * (ex[i].abs() + carried) + sub
+                    })
+                    .collect();
+                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
