@@ -56,6 +56,11 @@ pub enum OpKind {
         /// Source.
         input: TensorId,
     },
+    /// `output = gelu(input)`, the tanh form (`gelu_pytorch_tanh`), f16 (docs/kernels.md).
+    Gelu {
+        /// Source.
+        input: TensorId,
+    },
     /// `output = a + b` with NumPy broadcasting, f16 (each sum rounded once to f16).
     Add {
         /// Left operand.

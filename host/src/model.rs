@@ -91,6 +91,7 @@ struct RawOp {
     transpose_a: Option<Spanned<bool>>,
     transpose_b: Option<Spanned<bool>>,
     alpha: Option<Spanned<f64>>,
+    approximate: Option<Spanned<String>>,
     scale: Option<Spanned<i64>>,
 }
 
@@ -393,6 +394,36 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Cast { input }, output });
             }
+            "gelu" => {
+                only(&["op", "input", "output", "dtype", "approximate"])?;
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let from = g.tensor(input).dtype;
+                match op.approximate.as_ref().map(|s| s.get_ref().as_str()) {
+                    Some("tanh") => {}
+                    Some(other) => {
+                        let span = op.approximate.as_ref().map(|s| s.span()).unwrap_or(sop.span());
+                        return cx.err(span, format!(
+                            "{}: `{other}`: only the tanh form (`approximate = \"tanh\"`, gelu_pytorch_tanh) is supported in this version",
+                            here("approximate")));
+                    }
+                    None => {
+                        return cx.err(
+                            sop.span(),
+                            format!("op {i} (gelu): missing field `approximate` (\"tanh\")"),
+                        )
+                    }
+                }
+                if from != DType::F16 || to != DType::F16 {
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                        "{}: unsupported dtype combination: gelu {} → {} (supported: f16 → f16, f32 arithmetic)",
+                        here("dtype"), from.name(), to.name()));
+                }
+                let shape = g.tensor(input).shape.clone();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Gelu { input }, output });
+            }
             "add" => {
                 only(&["op", "a", "b", "output", "dtype"])?;
                 let (a, b) = (tensor(&op.a, "a", &g)?, tensor(&op.b, "b", &g)?);
@@ -437,7 +468,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             other => {
                 return cx.err(
                     op.op.span(),
-                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add)"),
+                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu)"),
                 )
             }
         }

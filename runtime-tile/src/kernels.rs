@@ -63,6 +63,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         ScaleF16 => "k_scale_f16",
         CvtF32ToF16 => "k_cvt_f32_f16",
         BiasF16 => "k_bias_f16",
+        GeluF16 => "k_gelu_f16",
         CastF32ToF16 => "k_cast_f32_f16",
         CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
@@ -83,6 +84,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         ScaleF16 => (SCALE, ""),
         CvtF32ToF16 => (CVT_F32_F16, ""),
         BiasF16 => (BIAS_F16, ""),
+        GeluF16 => (GELU_F16, ""),
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
@@ -165,6 +167,98 @@ const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     f8v4tof16 $a2, $a0
     st64pi $a2, $m4, 8
     add $m3, $m3, 4";
+
+/// `x = gelu(x)` in place over f16 AMP output blocks (`cost::gelu_issues`), the tanh form in f32:
+/// `u = √(2/π)·(x + 0.044715·x³)`, `t = 1 − 2/(e^{2u} + 1)`, `y = (0.5·x)·(1 + t)`, rounded to f16
+/// (the reference, `reference::gelu_device`, does the same operations in the same order; `f32exp`
+/// is libm's `expf` on both sides). Descriptor (64 bytes per worker): ptr, 4-value chunks per
+/// block, block stride, blocks, then the constants √(2/π), 0.044715, 0.5, 1, 2.
+const GELU_F16: &str = "
+.align 8
+k_gelu_f16:
+    shl $m6, $m0, 6
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m2, $m6, $m15, 4
+    ld32 $m5, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    lda32 $a12, $m6, $m15, 16
+    lda32 $a13, $m6, $m15, 20
+    lda32 $a11, $m6, $m15, 24
+    lda32 $a14, $m6, $m15, 28
+    lda32 $a15, $m6, $m15, 32
+    brz $m7, k_gelu_f16_done
+    brz $m2, k_gelu_f16_done
+    add $m7, $m7, -1
+k_gelu_f16_block:
+    add $m8, $m3, 0
+    add $m9, $m3, 0
+    add $m10, $m2, -1
+k_gelu_f16_loop:
+    ld64pi $a0, $m8, 8
+    f16v2tof32 $a2, $a0
+    f16v2tof32 $a4, $a1
+    f32mul $a0, $a2, $a2
+    f32mul $a0, $a0, $a2
+    f32mul $a0, $a0, $a13
+    f32add $a0, $a2, $a0
+    f32mul $a0, $a0, $a12
+    f32add $a0, $a0, $a0
+    f32exp $a0, $a0
+    f32add $a0, $a0, $a14
+    f32div $a0, $a15, $a0
+    f32sub $a0, $a14, $a0
+    f32add $a0, $a14, $a0
+    f32mul $a1, $a2, $a11
+    f32mul $a2, $a1, $a0
+    f32mul $a0, $a3, $a3
+    f32mul $a0, $a0, $a3
+    f32mul $a0, $a0, $a13
+    f32add $a0, $a3, $a0
+    f32mul $a0, $a0, $a12
+    f32add $a0, $a0, $a0
+    f32exp $a0, $a0
+    f32add $a0, $a0, $a14
+    f32div $a0, $a15, $a0
+    f32sub $a0, $a14, $a0
+    f32add $a0, $a14, $a0
+    f32mul $a1, $a3, $a11
+    f32mul $a3, $a1, $a0
+    f32mul $a0, $a4, $a4
+    f32mul $a0, $a0, $a4
+    f32mul $a0, $a0, $a13
+    f32add $a0, $a4, $a0
+    f32mul $a0, $a0, $a12
+    f32add $a0, $a0, $a0
+    f32exp $a0, $a0
+    f32add $a0, $a0, $a14
+    f32div $a0, $a15, $a0
+    f32sub $a0, $a14, $a0
+    f32add $a0, $a14, $a0
+    f32mul $a1, $a4, $a11
+    f32mul $a4, $a1, $a0
+    f32mul $a0, $a5, $a5
+    f32mul $a0, $a0, $a5
+    f32mul $a0, $a0, $a13
+    f32add $a0, $a5, $a0
+    f32mul $a0, $a0, $a12
+    f32add $a0, $a0, $a0
+    f32exp $a0, $a0
+    f32add $a0, $a0, $a14
+    f32div $a0, $a15, $a0
+    f32sub $a0, $a14, $a0
+    f32add $a0, $a14, $a0
+    f32mul $a1, $a5, $a11
+    f32mul $a5, $a1, $a0
+    f32v2tof16 $a6, $a2
+    f32v2tof16 $a7, $a4
+    st64pi $a6, $m9, 8
+    brnzdec $m10, k_gelu_f16_loop
+    add $m3, $m3, $m5
+    brnzdec $m7, k_gelu_f16_block
+k_gelu_f16_done:
+    exit
+";
 
 /// `row += bias` in place over f16 AMP output blocks (`cost::bias_issues`): descriptor (ptr, rows,
 /// block stride, blocks, bias ptr, 0, 0, 0), 32 bytes per worker. Each block's 16 bias values

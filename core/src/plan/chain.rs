@@ -52,16 +52,18 @@ fn row_input(kind: &OpKind) -> TensorId {
         OpKind::MatMul { a, .. } => *a,
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
         OpKind::Add { a, .. } => *a,
+        OpKind::Gelu { input } => *input,
     }
 }
 
 /// Plan a row chain.
 pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. })) {
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. } | OpKind::Gelu { .. })) {
         return unsupported(
             i,
-            "add is planned as the bias of a single rank-2 matmul in this version (`matmul` then `add` of \
-             an f16 vector of the matmul's columns, the sum the only output)"
+            "add and gelu are planned as the epilogue of a single rank-2 matmul in this version (`matmul`, \
+             then optionally `add` of an f16 vector of its columns, then optionally `gelu`; the last result \
+             the only output)"
                 .into(),
         );
     }
@@ -179,7 +181,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(next, "softmax must read a matmul result".into())
                 }
-                OpKind::Add { .. } => unreachable!("refused above"),
+                OpKind::Add { .. } | OpKind::Gelu { .. } => unreachable!("refused above"),
             }
         } else {
             Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
@@ -528,7 +530,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
-                    OpKind::Add { .. } => unreachable!("refused above"),
+                    OpKind::Add { .. } | OpKind::Gelu { .. } => unreachable!("refused above"),
                     OpKind::Softmax { .. } => {
                         let (Layout::Out { .. }, Layout::Blocks { be, elt }) = (layout[&src], layout[&dst])
                         else {

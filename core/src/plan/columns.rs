@@ -78,6 +78,7 @@ fn reads(k: &OpKind, t: TensorId) -> bool {
         OpKind::MatMul { a, b, .. } => a == t || b == t,
         OpKind::Cast { input } | OpKind::Softmax { input } => input == t,
         OpKind::Add { a, b } => a == t || b == t,
+        OpKind::Gelu { input } => input == t,
     }
 }
 

@@ -26,6 +26,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF32ToF16
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         Kernel::BiasF16 => bias_issues(count as u64, 1),
+        Kernel::GeluF16 => gelu_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -81,6 +82,18 @@ pub fn scale_issues(chunks: u64, blocks: u64) -> u64 {
         (0, _) => 10,
         (_, 0) => 11,
         _ => 10 + blocks * (5 + 9 * chunks) + 1,
+    }
+}
+
+/// Worker issues of `gelu_f16` for `chunks` groups of four values per block over `blocks` blocks:
+/// set-up 11 (shl, add, 4×ld32, 5×lda32), 2×brz, `add`; per block 3 moves, 67 per chunk (ld64pi,
+/// 2×f16v2tof32, 4 × 15 for the formula — `f32exp` and `f32div` cost 2 —, 2×f32v2tof16, st64pi,
+/// brnzdec), the stride add and brnzdec; exit. Empty: 13 or 14.
+pub fn gelu_issues(chunks: u64, blocks: u64) -> u64 {
+    match (blocks, chunks) {
+        (0, _) => 13,
+        (_, 0) => 14,
+        _ => 14 + blocks * (5 + 67 * chunks) + 1,
     }
 }
 

@@ -22,6 +22,10 @@ const SCRATCH: u32 = 40;
 /// Read-ahead slack after buffers streamed by the kernels.
 const SLACK: u32 = 48;
 
+/// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, 2. The
+/// host reference uses the same values (`reference::gelu_device`).
+pub const GELU_CONSTANTS: [f32; 5] = [0.797_884_6, 0.044_715, 0.5, 1.0, 2.0];
+
 /// A matmul in the planner's terms.
 #[derive(Clone, Debug)]
 pub struct MatMul {
@@ -47,16 +51,26 @@ pub struct MatMul {
     pub alpha: Option<f32>,
     /// Output type: `acc`, or f16 when `acc` is f32 (converted once on the K-group root).
     pub out: DType,
-    /// A fused bias `(vector, sum)`: the result is `sum = C + vector` (one f16 value per column),
-    /// added on each K-group root after alpha; the output binding is then `sum`'s.
-    pub bias: Option<(TensorId, TensorId)>,
+    /// Ops fused after the product on each K-group root (after alpha): bias, GeLU.
+    pub epilogue: Option<Epilogue>,
+}
+
+/// What the matmul planner computes after the product, in place on each K-group root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Epilogue {
+    /// `C += vector` (one f16 value per column), `bias_f16`.
+    pub bias: Option<TensorId>,
+    /// Then `C = gelu(C)` (tanh form), `gelu_f16`.
+    pub gelu: bool,
+    /// The tensor the output binding reads (the last fused op's result).
+    pub result: TensorId,
 }
 
 impl MatMul {
     /// Build from graph tensors (dimensions already checked by the model parser).
     pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
-        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, bias: None }
+        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, epilogue: None }
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
@@ -431,7 +445,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 let (words, issues) = super::chain::scale_descriptor(&wr, nbt, cblk, alpha, "C");
                 scales.push((tile_of(i, j, 0), Kernel::ScaleF16, words, issues));
             }
-            if mm.bias.is_some() {
+            if mm.epilogue.is_some_and(|e| e.bias.is_some()) {
                 // The root holds the bias values of its column blocks, 16 per block (32 bytes).
                 let root = tile_of(i, j, 0);
                 plans[root as usize].buffers.push(zero("Bias", nbt * 32, MemKind::Tensor));
@@ -464,6 +478,23 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                     off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
                 }
                 scales.push((root, Kernel::BiasF16, words, slowest));
+            }
+            if mm.epilogue.is_some_and(|e| e.gelu) {
+                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
+                for (w0, w1) in &wr {
+                    let chunks = 4 * (w1 - w0);
+                    words.extend([
+                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
+                        Word::Const(chunks as u32),
+                        Word::Const(cblk as u32),
+                        Word::Const(nbt as u32),
+                    ]);
+                    words.extend(GELU_CONSTANTS.map(|c| Word::Const(c.to_bits())));
+                    words.extend((0..7).map(|_| Word::Const(0)));
+                    slowest = slowest.max(cost::gelu_issues(chunks, nbt));
+                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                }
+                scales.push((tile_of(i, j, 0), Kernel::GeluF16, words, slowest));
             }
             if convert {
                 // Each worker converts its own rows of every block: 8 floats = 2 quads per row.
@@ -519,6 +550,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         let phase = match kernel {
             Kernel::ScaleF16 => "scale",
             Kernel::BiasF16 => "bias",
+            Kernel::GeluF16 => "gelu",
             _ => "convert",
         };
         p.steps.push(Step::Phase(phase.into()));
@@ -538,10 +570,12 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         bindings: vec![
             bind(mm.a, Direction::Input, mm.ta, a_slices),
             bind(mm.b, Direction::Input, mm.tb, b_slices),
-            bind(mm.bias.map(|(_, sum)| sum).unwrap_or(mm.c), Direction::Output, false, c_slices),
+            bind(mm.epilogue.map(|e| e.result).unwrap_or(mm.c), Direction::Output, false, c_slices),
         ]
         .into_iter()
-        .chain(mm.bias.map(|(vector, _)| bind(vector, Direction::Input, false, bias_slices)))
+        .chain(
+            mm.epilogue.and_then(|e| e.bias).map(|vector| bind(vector, Direction::Input, false, bias_slices)),
+        )
         .collect(),
         cost,
         tiles_used: used as u32,

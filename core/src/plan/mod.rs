@@ -75,6 +75,9 @@ pub enum Kernel {
     ScaleF16,
     /// Row softmax from the matmul output layout into the operand layout (docs/kernels.md).
     SoftmaxF16,
+    /// `x = gelu(x)` (tanh form, f32 arithmetic) in place over blocks of f16 AMP output rows
+    /// (descriptor: ptr, 4-value chunks per block, block stride, blocks, 5 constants; 64 bytes).
+    GeluF16,
     /// `row += bias` over blocks of f16 AMP output rows, the block's 16 bias values held in
     /// registers (descriptor: ptr, rows, block stride, blocks, bias ptr, 0, 0, 0).
     BiasF16,
@@ -249,6 +252,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Cast { .. } => "cast",
         OpKind::Softmax { .. } => "softmax",
         OpKind::Add { .. } => "add",
+        OpKind::Gelu { .. } => "gelu",
     };
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
@@ -257,8 +261,8 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// matmul planner (any grid, K split over the exchange, either operand transposed); everything
 /// else the row-chain planner (`chain.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
-    let bias = fused_bias(graph);
-    let simple = (graph.ops.len() == 1 || bias.is_some())
+    let epilogue = fused_epilogue(graph);
+    let simple = (graph.ops.len() == 1 || epilogue.is_some())
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
@@ -278,7 +282,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         }
     }
     let mut plan = if simple {
-        plan_matmul(graph, opts, bias)?
+        plan_matmul(graph, opts, epilogue)?
     } else if opts.column_groups > 1 {
         let (split, how) = columns::split(graph, opts.column_groups as u64)?;
         let mut plan = chain::plan(&split, opts)?;
@@ -370,39 +374,47 @@ fn buffer_tensor(graph: &Graph, name: &str) -> Option<String> {
     id.map(|n| alloc::format!("tensor `{n}`"))
 }
 
-/// The bias pattern the matmul planner fuses: a rank-2 f16 matmul (f16 partials) followed by an
-/// `add` of its result and an f16 vector of its columns (`[N]` or `[1, N]`, an input or a param),
-/// the sum the model's only output. Returns `(vector, sum)`.
-fn fused_bias(g: &Graph) -> Option<(TensorId, TensorId)> {
-    let [mm, add] = &g.ops[..] else { return None };
+/// The epilogue the matmul planner fuses after a rank-2 f16 matmul with f16 partials: optionally
+/// an `add` of its result and an f16 vector of its columns (`[N]` or `[1, N]`, an input or a
+/// param: the bias), then optionally a `gelu`; the last result is the model's only output.
+fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
+    let (mm, rest) = g.ops.split_first()?;
     let OpKind::MatMul { accumulate: DType::F16, .. } = mm.kind else { return None };
-    let OpKind::Add { a, b } = add.kind else { return None };
-    let vector = if a == mm.output {
-        b
-    } else if b == mm.output {
-        a
-    } else {
-        return None;
-    };
-    let (c, v) = (g.tensor(mm.output), g.tensor(vector));
+    let c = g.tensor(mm.output);
     let n = *c.shape.last()?;
-    let is_vector = v.shape == [n] || v.shape == [1, n];
-    (c.dtype == DType::F16
-        && is_vector
-        && g.is_source(vector)
-        && g.outputs == [add.output]
-        && c.shape.len() == 2)
-        .then_some((vector, add.output))
+    if c.dtype != DType::F16 || c.shape.len() != 2 || rest.is_empty() || rest.len() > 2 {
+        return None;
+    }
+    let (mut epi, mut last) = (matmul::Epilogue { bias: None, gelu: false, result: mm.output }, mm.output);
+    for (i, op) in rest.iter().enumerate() {
+        match op.kind {
+            OpKind::Add { a, b } if i == 0 && (a == last || b == last) => {
+                let vector = if a == last { b } else { a };
+                let v = g.tensor(vector);
+                if !(v.shape == [n] || v.shape == [1, n]) || !g.is_source(vector) {
+                    return None;
+                }
+                epi.bias = Some(vector);
+            }
+            OpKind::Gelu { input } if input == last && i == rest.len() - 1 => epi.gelu = true,
+            _ => return None,
+        }
+        last = op.output;
+    }
+    epi.result = last;
+    (g.outputs == [last]).then_some(epi)
 }
 
 fn plan_matmul(
     graph: &Graph,
     opts: PlanOptions,
-    bias: Option<(TensorId, TensorId)>,
+    epilogue: Option<matmul::Epilogue>,
 ) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
-        OpKind::Cast { .. } | OpKind::Softmax { .. } | OpKind::Add { .. } => unreachable!("checked above"),
+        OpKind::Cast { .. } | OpKind::Softmax { .. } | OpKind::Add { .. } | OpKind::Gelu { .. } => {
+            unreachable!("checked above")
+        }
         OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
             let out = graph.tensor(op.output);
             let rounded_once = out.dtype == DType::F16 && accumulate == DType::F32;
@@ -415,7 +427,7 @@ fn plan_matmul(
             let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
             mm.alpha = alpha;
             mm.out = out.dtype;
-            mm.bias = bias;
+            mm.epilogue = epilogue;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {
@@ -438,6 +450,7 @@ fn plan_matmul(
                             alloc::format!("{p} {}", graph.tensor(op.output).name)
                         }
                         "bias" => op_phase(graph, 1),
+                        "gelu" => op_phase(graph, graph.ops.len() - 1),
                         _ => named.clone(),
                     };
                 }

@@ -113,6 +113,27 @@ pub fn gamma(n: u64, u: f64) -> f64 {
     }
 }
 
+/// GeLU (tanh form) as `gelu_f16` computes it: f32 operations in the kernel's order, libm's
+/// `expf` (as the simulator's `f32exp`), the constants of `plan::matmul::GELU_CONSTANTS`, one f16
+/// rounding at the end.
+pub fn gelu_device(h: f32) -> f32 {
+    let [c, k, half, one, two] = ipu_core::plan::matmul::GELU_CONSTANTS;
+    let x = h;
+    let x3 = (x * x) * x;
+    let inner = x + x3 * k;
+    let u = inner * c;
+    let e = libm::expf(u + u);
+    let t = one - two / (e + one);
+    let y = (x * half) * (one + t);
+    round(y, DType::F16)
+}
+
+/// GeLU (tanh form, `gelu_pytorch_tanh`) in f64.
+pub fn gelu_f64(x: f64) -> f64 {
+    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
+
 /// The flat index into a tensor of shape `from` that NumPy broadcasting reads for flat index `i`
 /// of a result of shape `to`.
 fn broadcast_index(to: &[u64], from: &[u64], mut i: usize) -> usize {
@@ -227,6 +248,28 @@ pub fn evaluate(
                 let ex = exact[name].clone();
                 let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
                 (t, ex, bd)
+            }
+            OpKind::Gelu { input } => {
+                let (x, _) = get(*input)?;
+                let name = &g.tensor(*input).name;
+                let (ein, bin) = (&exact[name], &bound[name]);
+                let data = x.data.iter().map(|v| gelu_device(*v)).collect();
+                let ex: Vec<f64> = ein.iter().map(|v| gelu_f64(*v)).collect();
+                let bd = ex
+                    .iter()
+                    .zip(ein.iter().zip(bin))
+                    .map(|(y, (x, b))| {
+                        // gelu is 1.13-Lipschitz; the f32 formula's own error is at most ~40 ulps of 1
+                        // in t (exp, divide and the constants), times 0.5|x|; then one f16 rounding.
+                        let carried = 1.13 * b
+                            + 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24)
+                            + 8.0 * 2f64.powi(-24) * y.abs();
+                        carried
+                            + unit_roundoff(DType::F16) * (y.abs() + carried)
+                            + underflow_error(DType::F16)
+                    })
+                    .collect();
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
             OpKind::Add { a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);

@@ -1,0 +1,141 @@
+//! The matmul epilogue: `add` as a bias (`Y = X·W + b`, one f16 value per column) and `gelu`
+//! (tanh form), fused into the matmul planner and run on each K-group root after alpha
+//! (`bias_f16`, `gelu_f16`), bit-exact with the reference, costed exactly; other adds and gelus
+//! are refused with what is accepted.
+
+use ipu_host::build::{build, BuildOptions};
+use ipu_host::package::Package;
+use ipu_host::session::{self, RunOptions};
+use ipu_host::sim::{SimConfig, SimDevice};
+use std::collections::BTreeMap;
+
+fn with_gelu(src: &str) -> String {
+    format!("{src}[[ops]]\nop = \"gelu\"\ninput = \"Y\"\noutput = \"H\"\ndtype = \"f16\"\napproximate = \"tanh\"\n")
+        .replace("outputs = [\"Y\"]", "outputs = [\"H\"]")
+}
+
+fn model(m: u64, k: u64, n: u64, bias_shape: &str, alpha: Option<f32>) -> String {
+    let alpha = alpha.map(|a| format!("alpha = {a}\n")).unwrap_or_default();
+    format!(
+        "name = \"xwb\"\noutputs = [\"Y\"]\n[inputs.X]\ndtype = \"f16\"\nshape = [{m}, {k}]\n[inputs.W]\ndtype = \"f16\"\n\
+         shape = [{k}, {n}]\n[inputs.b]\ndtype = \"f16\"\nshape = {bias_shape}\n[[ops]]\nop = \"matmul\"\na = \"X\"\n\
+         b = \"W\"\noutput = \"XW\"\ndtype = \"f16\"\naccumulate = \"f16\"\n{alpha}[[ops]]\nop = \"add\"\na = \"XW\"\n\
+         b = \"b\"\noutput = \"Y\"\ndtype = \"f16\"\n"
+    )
+}
+
+fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64) {
+    let built = build("b.toml", src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) }).unwrap();
+    let pkg = Package::from_bytes(&built.bytes).unwrap();
+    let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
+    let opts = RunOptions {
+        package_path: "b.ipuexe".into(),
+        inputs: BTreeMap::new(),
+        output_dir: None,
+        save_inputs: None,
+        seed: 9,
+        iterations: 2,
+        profile: false,
+    };
+    let out = session::run(&pkg, &mut dev, &opts).unwrap();
+    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+    assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+    (out.cycles[0], pkg.plan.predicted_cycles)
+}
+
+#[test]
+fn bias_is_added_on_every_mapping() {
+    for (m, k, n, shape, alpha, tiles, grid) in [
+        (33, 40, 24, "[24]", None, 8, None),
+        (45, 37, 29, "[1, 29]", None, 37, None),
+        (40, 100, 50, "[50]", Some(0.25), 24, Some([2, 2, 3])),
+        (7, 16, 16, "[16]", Some(2.0), 1, None),
+        (64, 64, 64, "[64]", None, 1472, None),
+    ] {
+        let (cycles, predicted) = run(&model(m, k, n, shape, alpha), tiles, grid);
+        // Within 1%, or within the barrel alignment of the three kernel launches on a tiny
+        // single tile (a launch ends on its slowest worker's slot: up to 5 cycles each, §3).
+        let diff = cycles.abs_diff(predicted);
+        assert!(diff * 100 <= cycles || diff <= 15, "{m}x{k}x{n} on {tiles}: {cycles} vs {predicted}");
+    }
+}
+
+#[test]
+fn other_adds_are_refused_with_what_is_accepted() {
+    let opts = BuildOptions { threads: 1, ..BuildOptions::new(8) };
+    // A matrix, not a vector of the columns.
+    let src = model(8, 16, 16, "[8, 16]", None);
+    let e = build("b.toml", &src, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("op 1 (add): add and gelu are planned as the epilogue of a single rank-2 matmul"),
+        "{e}"
+    );
+    // Shapes that do not broadcast are a model error.
+    let e = build("b.toml", &model(8, 16, 16, "[5]", None), &opts).unwrap_err().to_string();
+    assert!(e.contains("op 1 (add): shapes [8, 16] and [5] do not broadcast"), "{e}");
+    // The matmul's own result as an output too: not the fused pattern.
+    let src = model(8, 16, 16, "[16]", None).replace("outputs = [\"Y\"]", "outputs = [\"Y\", \"XW\"]");
+    let e = build("b.toml", &src, &opts).unwrap_err().to_string();
+    assert!(e.contains("add and gelu are planned as the epilogue"), "{e}");
+}
+
+#[test]
+fn bias_then_gelu_and_gelu_alone() {
+    for (m, k, n, alpha, tiles, grid) in [
+        (33, 40, 24, None, 8, None),
+        (45, 37, 29, Some(0.5), 24, Some([2, 2, 3])),
+        (64, 64, 64, None, 1472, None),
+    ] {
+        let src = with_gelu(&model(m, k, n, &format!("[{n}]"), alpha));
+        let (cycles, predicted) = run(&src, tiles, grid);
+        assert!(cycles.abs_diff(predicted) * 100 <= cycles, "{m}x{k}x{n}: {cycles} vs {predicted}");
+    }
+    // gelu straight after the matmul (no bias).
+    let src = with_gelu(&model(20, 32, 40, "[40]", None))
+        .replace("[inputs.b]\ndtype = \"f16\"\nshape = [40]\n", "")
+        .replace("[[ops]]\nop = \"add\"\na = \"XW\"\nb = \"b\"\noutput = \"Y\"\ndtype = \"f16\"\n", "")
+        .replace("input = \"Y\"", "input = \"XW\"");
+    assert!(!src.contains("op = \"add\""), "{src}");
+    run(&src, 6, None);
+}
+
+#[test]
+fn the_device_formula_stays_within_its_bound_for_every_f16() {
+    // Independent of the planner: the kernel's f32 formula against tanh GeLU in f64, on every
+    // finite f16 input, within the bound the verdict uses (no carried error).
+    let mut worst = 0f64;
+    for h in 0..=u16::MAX {
+        let x = half::f16::from_bits(h).to_f32();
+        if !x.is_finite() {
+            continue;
+        }
+        let (d, e) = (ipu_host::reference::gelu_device(x) as f64, ipu_host::reference::gelu_f64(x as f64));
+        let carried = 0.5 * (x as f64).abs() * 64.0 * 2f64.powi(-24) + 8.0 * 2f64.powi(-24) * e.abs();
+        let bound = carried + 2f64.powi(-11) * (e.abs() + carried) + 2f64.powi(-25);
+        let err = (d - e).abs();
+        if d.is_finite() {
+            assert!(err <= bound, "gelu({x}): device {d} vs f64 {e}");
+            worst = worst.max(err / bound);
+        } else {
+            assert!(e.abs() > 65504.0, "gelu({x}) overflows only where the result does");
+        }
+    }
+    assert!(worst > 0.3, "the bound is not loose by orders of magnitude: worst ratio {worst}");
+}
+
+#[test]
+fn only_the_tanh_gelu_and_only_as_an_epilogue() {
+    let opts = BuildOptions { threads: 1, ..BuildOptions::new(8) };
+    let src = with_gelu(&model(8, 16, 16, "[16]", None))
+        .replace("approximate = \"tanh\"", "approximate = \"none\"");
+    let e = build("b.toml", &src, &opts).unwrap_err().to_string();
+    assert!(e.contains("only the tanh form"), "{e}");
+    // gelu of an input, not of a matmul result: refused by the planner.
+    let src = "name = \"g\"\noutputs = [\"H\"]\n[inputs.X]\ndtype = \"f16\"\nshape = [4, 16]\n[[ops]]\nop = \"gelu\"\n\
+               input = \"X\"\noutput = \"H\"\ndtype = \"f16\"\napproximate = \"tanh\"\n";
+    let e = build("g.toml", src, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("op 0 (gelu): add and gelu are planned as the epilogue of a single rank-2 matmul"),
+        "{e}"
+    );
+}
