@@ -10,13 +10,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
 printf '%-10s %-44s %s\n' example variation sha256
-for model in examples/*.toml; do
+for model in examples/*.toml examples/*/*.toml; do
   name=$(basename "$model" .toml)
   hashes=()
   run() { # label, env assignments..., then a directory
     local label=$1 dir=$2; shift 2
     mkdir -p "$dir"
     cp "$model" "$dir/model.toml"
+    # Params are read from files next to the model.
+    cp "$(dirname "$model")"/*.npy "$dir/" 2>/dev/null || true
     (cd "$dir" && env "$@" "$exe" build model.toml -o out.ipuexe --tiles 64 >/dev/null 2>&1)
     local h; h=$(sha256sum "$dir/out.ipuexe" | cut -d' ' -f1)
     printf '%-10s %-44s %s\n' "$name" "$label" "$h"

@@ -139,3 +139,28 @@ fn only_the_tanh_gelu_and_only_as_an_epilogue() {
         "{e}"
     );
 }
+
+#[test]
+fn the_mlp_example_with_resident_weights_runs_exactly() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/mlp/mlp.toml");
+    let src = std::fs::read_to_string(path).unwrap();
+    for tiles in [64, 1472] {
+        let built = build(path, &src, &BuildOptions { threads: 2, ..BuildOptions::new(tiles) }).unwrap();
+        let pkg = Package::from_bytes(&built.bytes).unwrap();
+        assert_eq!(pkg.bindings.iter().filter(|b| b.direction == ipu_schema::Direction::Param).count(), 2);
+        let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
+        let opts = RunOptions {
+            package_path: "mlp.ipuexe".into(),
+            inputs: BTreeMap::new(),
+            output_dir: None,
+            save_inputs: None,
+            seed: 1,
+            iterations: 1,
+            profile: false,
+        };
+        let out = session::run(&pkg, &mut dev, &opts).unwrap();
+        assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+        assert!(out.cycles[0].abs_diff(pkg.plan.predicted_cycles) * 100 <= out.cycles[0]);
+        println!("mlp example on {tiles} tiles: {} simulated cycles", out.cycles[0]);
+    }
+}
