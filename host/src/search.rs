@@ -151,9 +151,11 @@ pub fn parse_state(text: &str) -> Result<SearchState, String> {
     Ok(s)
 }
 
-/// The single-matmul graphs the search applies to.
+/// The single-matmul graphs the search applies to (with their fused epilogue, if any), planned
+/// exactly as the build will plan them.
 pub fn searchable(g: &Graph) -> Option<MatMul> {
-    if g.ops.len() != 1 {
+    let epilogue = ipu_core::plan::fused_epilogue(g);
+    if g.ops.len() != 1 && epilogue.is_none() {
         return None;
     }
     match g.ops[0].kind {
@@ -166,6 +168,8 @@ pub fn searchable(g: &Graph) -> Option<MatMul> {
         {
             let mut mm = MatMul::new(g, a, b, g.ops[0].output, transpose_a, transpose_b, accumulate);
             mm.alpha = alpha;
+            mm.out = g.tensor(g.ops[0].output).dtype;
+            mm.epilogue = epilogue;
             Some(mm)
         }
         _ => None,

@@ -377,7 +377,7 @@ fn buffer_tensor(graph: &Graph, name: &str) -> Option<String> {
 /// The epilogue the matmul planner fuses after a rank-2 f16 matmul with f16 partials: optionally
 /// an `add` of its result and an f16 vector of its columns (`[N]` or `[1, N]`, an input or a
 /// param: the bias), then optionally a `gelu`; the last result is the model's only output.
-fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
+pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
     let (mm, rest) = g.ops.split_first()?;
     let OpKind::MatMul { accumulate: DType::F16, .. } = mm.kind else { return None };
     let c = g.tensor(mm.output);
