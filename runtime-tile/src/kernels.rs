@@ -84,7 +84,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         ScaleF16 => (SCALE, ""),
         CvtF32ToF16 => (CVT_F32_F16, ""),
         BiasF16 => (BIAS_F16, ""),
-        GeluF16 => (GELU_F16, ""),
+        GeluF16 => return GELU_F16.replace("{GELU_BODY}", &gelu_body()),
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
@@ -198,59 +198,7 @@ k_gelu_f16_loop:
     ld64pi $a0, $m8, 8
     f16v2tof32 $a2, $a0
     f16v2tof32 $a4, $a1
-    f32mul $a0, $a2, $a2
-    f32mul $a0, $a0, $a2
-    f32mul $a0, $a0, $a13
-    f32add $a0, $a2, $a0
-    f32mul $a0, $a0, $a12
-    f32add $a0, $a0, $a0
-    f32exp $a0, $a0
-    f32add $a0, $a0, $a14
-    f32div $a0, $a15, $a0
-    f32sub $a0, $a14, $a0
-    f32add $a0, $a14, $a0
-    f32mul $a1, $a2, $a11
-    f32mul $a2, $a1, $a0
-    f32mul $a0, $a3, $a3
-    f32mul $a0, $a0, $a3
-    f32mul $a0, $a0, $a13
-    f32add $a0, $a3, $a0
-    f32mul $a0, $a0, $a12
-    f32add $a0, $a0, $a0
-    f32exp $a0, $a0
-    f32add $a0, $a0, $a14
-    f32div $a0, $a15, $a0
-    f32sub $a0, $a14, $a0
-    f32add $a0, $a14, $a0
-    f32mul $a1, $a3, $a11
-    f32mul $a3, $a1, $a0
-    f32mul $a0, $a4, $a4
-    f32mul $a0, $a0, $a4
-    f32mul $a0, $a0, $a13
-    f32add $a0, $a4, $a0
-    f32mul $a0, $a0, $a12
-    f32add $a0, $a0, $a0
-    f32exp $a0, $a0
-    f32add $a0, $a0, $a14
-    f32div $a0, $a15, $a0
-    f32sub $a0, $a14, $a0
-    f32add $a0, $a14, $a0
-    f32mul $a1, $a4, $a11
-    f32mul $a4, $a1, $a0
-    f32mul $a0, $a5, $a5
-    f32mul $a0, $a0, $a5
-    f32mul $a0, $a0, $a13
-    f32add $a0, $a5, $a0
-    f32mul $a0, $a0, $a12
-    f32add $a0, $a0, $a0
-    f32exp $a0, $a0
-    f32add $a0, $a0, $a14
-    f32div $a0, $a15, $a0
-    f32sub $a0, $a14, $a0
-    f32add $a0, $a14, $a0
-    f32mul $a1, $a5, $a11
-    f32mul $a5, $a1, $a0
-    f32v2tof16 $a6, $a2
+{GELU_BODY}    f32v2tof16 $a6, $a2
     f32v2tof16 $a7, $a4
     st64pi $a6, $m9, 8
     brnzdec $m10, k_gelu_f16_loop
@@ -259,6 +207,35 @@ k_gelu_f16_loop:
 k_gelu_f16_done:
     exit
 ";
+
+/// The GeLU of one f32 value `$aX` (in place; `$a0`, `$a1` scratch), for each of `$a2..$a5`:
+/// `x·x·x`, `·0.044715`, `+x`, `·√(2/π)` = u, `u+u`, exp, `+1`, `2/·`, `1−·` = t, `1+t`, `(x·0.5)·`.
+fn gelu_body() -> alloc::string::String {
+    const STEPS: [&str; 13] = [
+        "f32mul $a0, X, X",
+        "f32mul $a0, $a0, X",
+        "f32mul $a0, $a0, $a13",
+        "f32add $a0, X, $a0",
+        "f32mul $a0, $a0, $a12",
+        "f32add $a0, $a0, $a0",
+        "f32exp $a0, $a0",
+        "f32add $a0, $a0, $a14",
+        "f32div $a0, $a15, $a0",
+        "f32sub $a0, $a14, $a0",
+        "f32add $a0, $a14, $a0",
+        "f32mul $a1, X, $a11",
+        "f32mul X, $a1, $a0",
+    ];
+    let mut s = alloc::string::String::new();
+    for x in ["$a2", "$a3", "$a4", "$a5"] {
+        for step in STEPS {
+            s.push_str("    ");
+            s.push_str(&step.replace('X', x));
+            s.push('\n');
+        }
+    }
+    s
+}
 
 /// `row += bias` in place over f16 AMP output blocks (`cost::bias_issues`): descriptor (ptr, rows,
 /// block stride, blocks, bias ptr, 0, 0, 0), 32 bytes per worker. Each block's 16 bias values

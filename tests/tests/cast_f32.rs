@@ -3,26 +3,11 @@
 //! and tile counts; the kernels are costed exactly.
 
 use ipu_host::build::{build, BuildOptions};
-use ipu_host::package::Package;
-use ipu_host::session::{self, RunOptions};
-use ipu_host::sim::{SimConfig, SimDevice};
-use std::collections::BTreeMap;
+
+mod common;
 
 fn run(src: &str, tiles: usize) -> (u64, u64) {
-    let built = build("c.toml", src, &BuildOptions { threads: 1, ..BuildOptions::new(tiles) }).unwrap();
-    let pkg = Package::from_bytes(&built.bytes).unwrap();
-    let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
-    let opts = RunOptions {
-        package_path: "c.ipuexe".into(),
-        inputs: BTreeMap::new(),
-        output_dir: None,
-        save_inputs: None,
-        seed: 3,
-        iterations: 2,
-        profile: false,
-    };
-    let out = session::run(&pkg, &mut dev, &opts).unwrap();
-    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+    let (out, pkg) = common::build_and_run(src, tiles, None, 3, 2);
     assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
     (out.cycles[0], pkg.plan.predicted_cycles)
 }
@@ -52,20 +37,9 @@ fn an_f16_tensor_is_cast_to_f32_exactly() {
         "name = \"c16\"\noutputs = [\"X32\"]\n[inputs.X]\ndtype = \"f16\"\nshape = [3, 21, 37]\n[[ops]]\n\
                op = \"cast\"\ninput = \"X\"\noutput = \"X32\"\ndtype = \"f32\"\n";
     // Exact: the f64 error is 0 (the run asserts the device matches the reference bit for bit).
-    let built = build("c.toml", src, &BuildOptions { threads: 1, ..BuildOptions::new(5) }).unwrap();
-    let mut dev = SimDevice::new(SimConfig { tiles: 5, threads: 1, max_cycles: 10_000_000 }).unwrap();
-    let opts = RunOptions {
-        package_path: "c.ipuexe".into(),
-        inputs: BTreeMap::new(),
-        output_dir: None,
-        save_inputs: None,
-        seed: 1,
-        iterations: 1,
-        profile: false,
-    };
-    let out = session::run(&built.package, &mut dev, &opts).unwrap();
-    assert!(out.numerical_pass && out.max_abs_error == 0.0 && out.max_abs_error_f64 == 0.0, "{out:?}");
-    assert!(out.cycles[0].abs_diff(built.package.plan.predicted_cycles) * 100 <= out.cycles[0]);
+    let (out, pkg) = common::build_and_run(src, 5, None, 1, 1);
+    assert_eq!(out.max_abs_error_f64, 0.0, "{out:?}");
+    assert!(out.cycles[0].abs_diff(pkg.plan.predicted_cycles) * 100 <= out.cycles[0]);
 }
 
 #[test]

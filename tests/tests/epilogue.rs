@@ -6,7 +6,6 @@
 use ipu_host::build::{build, BuildOptions};
 use ipu_host::package::Package;
 use ipu_host::session::{self, RunOptions};
-use ipu_host::sim::{SimConfig, SimDevice};
 use std::collections::BTreeMap;
 
 fn with_gelu(src: &str) -> String {
@@ -24,21 +23,10 @@ fn model(m: u64, k: u64, n: u64, bias_shape: &str, alpha: Option<f32>) -> String
     )
 }
 
+mod common;
+
 fn run(src: &str, tiles: usize, grid: Option<[u32; 3]>) -> (u64, u64) {
-    let built = build("b.toml", src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) }).unwrap();
-    let pkg = Package::from_bytes(&built.bytes).unwrap();
-    let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
-    let opts = RunOptions {
-        package_path: "b.ipuexe".into(),
-        inputs: BTreeMap::new(),
-        output_dir: None,
-        save_inputs: None,
-        seed: 9,
-        iterations: 2,
-        profile: false,
-    };
-    let out = session::run(&pkg, &mut dev, &opts).unwrap();
-    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+    let (out, pkg) = common::build_and_run(src, tiles, grid, 9, 2);
     assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
     (out.cycles[0], pkg.plan.predicted_cycles)
 }
@@ -148,7 +136,7 @@ fn the_mlp_example_with_resident_weights_runs_exactly() {
         let built = build(path, &src, &BuildOptions { threads: 2, ..BuildOptions::new(tiles) }).unwrap();
         let pkg = Package::from_bytes(&built.bytes).unwrap();
         assert_eq!(pkg.bindings.iter().filter(|b| b.direction == ipu_schema::Direction::Param).count(), 2);
-        let mut dev = SimDevice::new(SimConfig { tiles, threads: 2, max_cycles: 50_000_000 }).unwrap();
+        let mut dev = common::device(tiles, 2);
         let opts = RunOptions {
             package_path: "mlp.ipuexe".into(),
             inputs: BTreeMap::new(),

@@ -58,3 +58,32 @@ impl Rng {
         half::f16::from_f32((self.next() % 4096) as f32 / 2048.0 - 1.0)
     }
 }
+
+/// Build `src` for `tiles` (a forced grid if given), read the package back, run `iterations`
+/// inferences on the simulator with inputs generated from `seed`, and require the verdict's PASS
+/// bit-exact against the device-precision reference. Returns the outcome and the package.
+pub fn build_and_run(
+    src: &str,
+    tiles: usize,
+    grid: Option<[u32; 3]>,
+    seed: u64,
+    iterations: u32,
+) -> (ipu_host::session::RunOutcome, ipu_host::package::Package) {
+    use ipu_host::build::{build, BuildOptions};
+    let built = build("model.toml", src, &BuildOptions { threads: 1, grid, ..BuildOptions::new(tiles) })
+        .unwrap_or_else(|e| panic!("build: {e}"));
+    let pkg = ipu_host::package::Package::from_bytes(&built.bytes).expect("reads back");
+    let mut dev = device(tiles, 2);
+    let opts = ipu_host::session::RunOptions {
+        package_path: "model.ipuexe".into(),
+        inputs: std::collections::BTreeMap::new(),
+        output_dir: None,
+        save_inputs: None,
+        seed,
+        iterations,
+        profile: false,
+    };
+    let out = ipu_host::session::run(&pkg, &mut dev, &opts).expect("runs");
+    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+    (out, pkg)
+}
