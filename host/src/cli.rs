@@ -213,7 +213,7 @@ const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
            (f16 output of f32 accumulation for a single matmul)
   cast     input, dtype (f16 <-> f8e4m3 / f8e5m2, f32 <-> f16), power-of-two scale
   softmax  input (last axis, f32 statistics)
-  add      a, b (NumPy broadcasting, f16): a matmul's bias (matmul then add of a column vector)
+  add      a, b (NumPy broadcasting, f16): after a matmul, its bias (a column vector) or a residual
   gelu     input, approximate = \"tanh\" (f16, f32 arithmetic): after a matmul (and its bias)
 
 PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale

@@ -51,9 +51,9 @@ fn bias_is_added_on_every_mapping() {
 #[test]
 fn other_adds_are_refused_with_what_is_accepted() {
     let opts = BuildOptions { threads: 1, ..BuildOptions::new(8) };
-    // A matrix, not a vector of the columns.
-    let src = model(8, 16, 16, "[8, 16]", None);
-    let e = build("b.toml", &src, &opts).unwrap_err().to_string();
+    // A column of the rows (broadcast along N): neither a bias nor a residual.
+    let src = model(8, 16, 16, "[8, 1]", None);
+    let e = build("b.toml", &src, &opts).err().expect("refused").to_string();
     assert!(
         e.contains("op 1 (add): add and gelu are planned as the epilogue of a single rank-2 matmul"),
         "{e}"
@@ -150,5 +150,29 @@ fn the_mlp_example_with_resident_weights_runs_exactly() {
         assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
         assert!(out.cycles[0].abs_diff(pkg.plan.predicted_cycles) * 100 <= out.cycles[0]);
         println!("mlp example on {tiles} tiles: {} simulated cycles", out.cycles[0]);
+    }
+}
+
+/// `model` plus a residual: `Z = Y + R` with `R` a whole `[M, N]` input.
+fn with_residual(src: &str, m: u64, n: u64) -> String {
+    format!("{src}[[ops]]\nop = \"add\"\na = \"Y\"\nb = \"R\"\noutput = \"Z\"\ndtype = \"f16\"\n")
+        .replace("outputs = [\"Y\"]", "outputs = [\"Z\"]")
+        .replace(
+            "[[ops]]\nop = \"matmul\"",
+            &format!("[inputs.R]\ndtype = \"f16\"\nshape = [{m}, {n}]\n[[ops]]\nop = \"matmul\""),
+        )
+}
+
+#[test]
+fn bias_then_residual_as_in_an_output_projection() {
+    for (m, k, n, tiles, grid) in
+        [(33, 40, 24, 8, None), (45, 100, 29, 24, Some([2, 2, 3])), (64, 64, 64, 1472, None)]
+    {
+        let src = with_residual(&model(m, k, n, &format!("[{n}]"), None), m, n);
+        assert!(src.contains("[inputs.R]") && src.contains("outputs = [\"Z\"]"), "{src}");
+        let (cycles, predicted) = run(&src, tiles, grid);
+        // Within 1%, or the barrel alignment of four short kernel launches (§3).
+        let diff = cycles.abs_diff(predicted);
+        assert!(diff * 100 <= cycles || diff <= 15, "{m}x{k}x{n} on {tiles}: {cycles} vs {predicted}");
     }
 }

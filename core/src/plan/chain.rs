@@ -62,8 +62,8 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         return unsupported(
             i,
             "add and gelu are planned as the epilogue of a single rank-2 matmul in this version (`matmul`, \
-             then optionally `add` of an f16 vector of its columns, then optionally `gelu`; the last result \
-             the only output)"
+             then optionally `add` of an f16 vector of its columns (bias), `add` of a whole [M, N] f16 tensor \
+             (residual), `gelu`, in that order; the last result the only output)"
                 .into(),
         );
     }

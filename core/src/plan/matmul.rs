@@ -60,6 +60,8 @@ pub struct MatMul {
 pub struct Epilogue {
     /// `C += vector` (one f16 value per column), `bias_f16`.
     pub bias: Option<TensorId>,
+    /// Then `C += R` for a whole `[M, N]` tensor (a residual), `add_f16` over C's layout.
+    pub residual: Option<TensorId>,
     /// Then `C = gelu(C)` (tanh form), `gelu_f16`.
     pub gelu: bool,
     /// The tensor the output binding reads (the last fused op's result).
@@ -326,6 +328,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     // Kernels that finish each K-group root's result after the reduction: alpha, f32 → f16.
     let mut scales: Vec<(u16, Kernel, Vec<Word>, u64)> = Vec::new();
     let mut bias_slices = Vec::new();
+    let mut residual_slices = Vec::new();
     let mut rounds: Vec<Round> = reduction_rounds(grid.tk, f)
         .iter()
         .map(|_| Round { transfers: Vec::new(), adds: Vec::new() })
@@ -479,6 +482,48 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 }
                 scales.push((root, Kernel::BiasF16, words, slowest));
             }
+            if mm.epilogue.is_some_and(|e| e.residual.is_some()) {
+                // The residual is bound into a buffer laid out like C (same blocks, same rows),
+                // then added over the whole buffer with the reduction's add kernel.
+                let root = tile_of(i, j, 0);
+                let bytes = nbt * cblk;
+                plans[root as usize].buffers.push(zero("Res", bytes + SLACK as u64, MemKind::Tensor));
+                for nbl in 0..nbt {
+                    let nb = nb0 + nbl;
+                    let mut off = nbl * cblk;
+                    for (w0, w1) in &wr {
+                        if w1 > w0 {
+                            residual_slices.push(SliceRef {
+                                tile: root,
+                                buffer: "Res".into(),
+                                offset: (off + SCRATCH as u64) as u32,
+                                tensor_offset: ((m0 + w0) * mm.n + nb * bc) * 2,
+                                rows: (w1 - w0) as u32,
+                                row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+                                tensor_stride: mm.n * 2,
+                                tile_stride: ROW,
+                            });
+                        }
+                        off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                    }
+                }
+                let chunks = bytes / 8;
+                let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
+                for cr in 0..chunk_rounds {
+                    let (r0, r1) = split(chunks, chunk_rounds, cr);
+                    let mut words = Vec::new();
+                    for w in 0..WORKERS as u64 {
+                        let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
+                        let (c0, c1) = (r0 + c0, r0 + c1);
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Sym("Res".into(), (c0 * 8) as u32));
+                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                        words.push(Word::Const((c1 - c0) as u32));
+                    }
+                    let issues = descriptor_issues(add, &words);
+                    scales.push((root, add, words, issues));
+                }
+            }
             if mm.epilogue.is_some_and(|e| e.gelu) {
                 let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
                 for (w0, w1) in &wr {
@@ -551,6 +596,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             Kernel::ScaleF16 => "scale",
             Kernel::BiasF16 => "bias",
             Kernel::GeluF16 => "gelu",
+            Kernel::AddF16 => "residual",
             _ => "convert",
         };
         p.steps.push(Step::Phase(phase.into()));
@@ -575,6 +621,9 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         .into_iter()
         .chain(
             mm.epilogue.and_then(|e| e.bias).map(|vector| bind(vector, Direction::Input, false, bias_slices)),
+        )
+        .chain(
+            mm.epilogue.and_then(|e| e.residual).map(|r| bind(r, Direction::Input, false, residual_slices)),
         )
         .collect(),
         cost,

@@ -382,19 +382,28 @@ pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
     let OpKind::MatMul { accumulate: DType::F16, .. } = mm.kind else { return None };
     let c = g.tensor(mm.output);
     let n = *c.shape.last()?;
-    if c.dtype != DType::F16 || c.shape.len() != 2 || rest.is_empty() || rest.len() > 2 {
+    if c.dtype != DType::F16 || c.shape.len() != 2 || rest.is_empty() || rest.len() > 3 {
         return None;
     }
-    let (mut epi, mut last) = (matmul::Epilogue { bias: None, gelu: false, result: mm.output }, mm.output);
+    let mut epi = matmul::Epilogue { bias: None, residual: None, gelu: false, result: mm.output };
+    let mut last = mm.output;
     for (i, op) in rest.iter().enumerate() {
         match op.kind {
-            OpKind::Add { a, b } if i == 0 && (a == last || b == last) => {
-                let vector = if a == last { b } else { a };
-                let v = g.tensor(vector);
-                if !(v.shape == [n] || v.shape == [1, n]) || !g.is_source(vector) {
+            // In order: a bias (a vector of the columns), a residual (a whole [M, N] tensor), both
+            // given (inputs or params), then gelu.
+            OpKind::Add { a, b } if (a == last || b == last) && epi.residual.is_none() && !epi.gelu => {
+                let other = if a == last { b } else { a };
+                let v = g.tensor(other);
+                if !g.is_source(other) || v.dtype != DType::F16 {
                     return None;
                 }
-                epi.bias = Some(vector);
+                if (v.shape == [n] || v.shape == [1, n]) && epi.bias.is_none() {
+                    epi.bias = Some(other);
+                } else if v.shape == c.shape {
+                    epi.residual = Some(other);
+                } else {
+                    return None;
+                }
             }
             OpKind::Gelu { input } if input == last && i == rest.len() - 1 => epi.gelu = true,
             _ => return None,
@@ -450,6 +459,9 @@ fn plan_matmul(
                             alloc::format!("{p} {}", graph.tensor(op.output).name)
                         }
                         "bias" => op_phase(graph, 1),
+                        "residual" => {
+                            op_phase(graph, if epilogue.is_some_and(|e| e.bias.is_some()) { 2 } else { 1 })
+                        }
                         "gelu" => op_phase(graph, graph.ops.len() - 1),
                         _ => named.clone(),
                     };
