@@ -30,6 +30,10 @@ pub fn load(
         let (values, from) = match &spec.source {
             ParamSource::Npy(file) => {
                 let path = model_dir.join(file);
+                // An f32 file for the param's elements, plus a header: anything larger (or not a
+                // regular file, such as a FIFO or /dev/zero) is refused before it is read.
+                check_file(&path, t.elements().saturating_mul(4).saturating_add(1 << 16))
+                    .map_err(|e| format!("{at}: {e}"))?;
                 (crate::npy::read(&path).map_err(|e| format!("{at}: {e}"))?, path.display().to_string())
             }
             ParamSource::Safetensors(file, key) => {
@@ -47,6 +51,22 @@ pub fn load(
         out.insert(t.name.clone(), HostTensor { dtype: t.dtype, shape: t.shape.clone(), data });
     }
     Ok(out)
+}
+
+/// Refuse anything but a regular file of at most `max` bytes, before reading it.
+fn check_file(path: &Path, max: u64) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if meta.len() > max {
+        return Err(format!(
+            "{}: {} bytes, more than the {max} this param can need",
+            path.display(),
+            meta.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Values of a file tensor in the param's dtype (FP8: codes).
@@ -72,6 +92,10 @@ fn convert(v: &HostTensor, to: DType, scale: i8) -> Result<Vec<f32>, String> {
 
 /// One tensor of a `.safetensors` file (F32, F16 or BF16) as f32 values.
 fn safetensor(path: &Path, key: &str) -> Result<HostTensor, String> {
+    // A whole model's file may hold many tensors: bounded by the chip's memory in f32, not by this
+    // param (the file is read whole; see docs/model-format.md).
+    let chip = (ipu_core::target::NUM_TILES * ipu_core::target::TILE_MEM_SIZE) as u64;
+    check_file(path, chip.saturating_mul(4))?;
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let view = st.tensor(key).map_err(|_| {

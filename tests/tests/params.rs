@@ -190,6 +190,12 @@ fn params_are_refused_clearly() {
     assert!(e.contains("no tensor `w` (it has other)"), "{e}");
     let e = err(&XW.replace("[params.W]\ndtype = \"f16\"", "[params.W]\ndtype = \"f16\"\nscale = 2"));
     assert!(e.contains("`scale` is a power of two in -32..=31 for FP8 params only"), "{e}");
+    // Not a regular file, or far larger than the param: refused before reading.
+    let e = err(&XW.replace("file = \"w.npy\"", "file = \".\""));
+    assert!(e.contains("not a regular file"), "{e}");
+    std::fs::write(d.path().join("big.npy"), vec![0u8; 40 * 24 * 4 + (1 << 16) + 1]).unwrap();
+    let e = err(&XW.replace("file = \"w.npy\"", "file = \"big.npy\""));
+    assert!(e.contains("more than the 69376 this param can need"), "{e}");
     let e = err(&XW.replace("outputs = [\"Y\"]", "outputs = [\"W\"]"));
     assert!(e.contains("output `W` is a model input or param"), "{e}");
 }
