@@ -243,3 +243,28 @@ fn an_fp8_param_with_a_scale_is_cast_by_the_cast_rules() {
     let out = run(&pkg, 4);
     assert!(out.max_abs_error_f64 > 0.0);
 }
+
+#[test]
+fn a_transposed_param_is_placed_and_read_back_in_its_own_order() {
+    // W stored [N, K] with transpose_b: the host transposes the values before placing them, and
+    // reads them back untransposed for the reference.
+    let d = tempfile::tempdir().unwrap();
+    let w = values(24 * 40, 11);
+    npy(d.path(), "w.npy", DType::F32, &[24, 40], w.clone());
+    let src = XW
+        .replace("shape = [40, 24]", "shape = [24, 40]")
+        .replace("accumulate = \"f16\"\n", "accumulate = \"f16\"\ntranspose_b = true\n");
+    assert!(src.contains("transpose_b = true"), "{src}");
+    let model = d.path().join("xwt.toml");
+    for tiles in [1, 8] {
+        let built =
+            build(model.to_str().unwrap(), &src, &BuildOptions { threads: 1, ..BuildOptions::new(tiles) })
+                .unwrap();
+        let pkg = Package::from_bytes(&built.bytes).unwrap();
+        assert!(pkg.bindings.iter().any(|b| b.name == "W" && b.transpose && b.direction == Direction::Param));
+        let held = session::param_values(&pkg).unwrap();
+        assert_eq!(held["W"].shape, vec![24, 40]);
+        assert_eq!(held["W"].data, w.iter().map(|x| f16::from_f32(*x).to_f32()).collect::<Vec<_>>());
+        run(&pkg, tiles);
+    }
+}
