@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use super::cost::{self, kernel_issues};
+use super::epilogue;
 use super::exchange::{self, Transfer};
 use super::{
     BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
@@ -16,11 +17,11 @@ use crate::graph::{matmul_dims, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
 /// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
-const ROW: u32 = 32;
+pub(super) const ROW: u32 = 32;
 /// Scratch before each worker's output rows: the AMP pipeline's first five stores.
-const SCRATCH: u32 = 40;
+pub(super) const SCRATCH: u32 = 40;
 /// Read-ahead slack after buffers streamed by the kernels.
-const SLACK: u32 = 48;
+pub(super) const SLACK: u32 = 48;
 
 /// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, 2. The
 /// host reference uses the same values (`reference::gelu_device`).
@@ -291,7 +292,7 @@ pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
     )
 }
 
-fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
+pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
     Buffer { name: name.into(), bytes: bytes as u32, align: 16, kind, init: Vec::new() }
 }
 
@@ -337,7 +338,6 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     // packed 16 bytes per row by the conversion.
     let elt = mm.out.size() as u64;
     let out_row = if mm.out != mm.acc { 16 } else { ROW };
-    let convert = mm.out != mm.acc;
     let bc = mm.block_cols();
     for i in 0..grid.tm {
         let (m0, m1) = split(mm.m, grid.tm, i);
@@ -444,119 +444,12 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                     }
                 }
             }
-            if let Some(alpha) = mm.alpha {
-                let (words, issues) = super::chain::scale_descriptor(&wr, nbt, cblk, alpha, "C");
-                scales.push((tile_of(i, j, 0), Kernel::ScaleF16, words, issues));
-            }
-            if mm.epilogue.is_some_and(|e| e.bias.is_some()) {
-                // The root holds the bias values of its column blocks, 16 per block (32 bytes).
-                let root = tile_of(i, j, 0);
-                plans[root as usize].buffers.push(zero("Bias", nbt * 32, MemKind::Tensor));
-                for nbl in 0..nbt {
-                    let nb = nb0 + nbl;
-                    bias_slices.push(SliceRef {
-                        tile: root,
-                        buffer: "Bias".into(),
-                        offset: (nbl * 32) as u32,
-                        tensor_offset: nb * bc * 2,
-                        rows: 1,
-                        row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
-                        tensor_stride: 0,
-                        tile_stride: 32,
-                    });
-                }
-                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
-                for (w0, w1) in &wr {
-                    words.extend([
-                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
-                        Word::Const((w1 - w0) as u32),
-                        Word::Const(cblk as u32),
-                        Word::Const(nbt as u32),
-                        Word::Sym("Bias".into(), 0),
-                        Word::Const(0),
-                        Word::Const(0),
-                        Word::Const(0),
-                    ]);
-                    slowest = slowest.max(cost::bias_issues(w1 - w0, nbt));
-                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-                }
-                scales.push((root, Kernel::BiasF16, words, slowest));
-            }
-            if mm.epilogue.is_some_and(|e| e.residual.is_some()) {
-                // The residual is bound into a buffer laid out like C (same blocks, same rows),
-                // then added over the whole buffer with the reduction's add kernel.
-                let root = tile_of(i, j, 0);
-                let bytes = nbt * cblk;
-                plans[root as usize].buffers.push(zero("Res", bytes + SLACK as u64, MemKind::Tensor));
-                for nbl in 0..nbt {
-                    let nb = nb0 + nbl;
-                    let mut off = nbl * cblk;
-                    for (w0, w1) in &wr {
-                        if w1 > w0 {
-                            residual_slices.push(SliceRef {
-                                tile: root,
-                                buffer: "Res".into(),
-                                offset: (off + SCRATCH as u64) as u32,
-                                tensor_offset: ((m0 + w0) * mm.n + nb * bc) * 2,
-                                rows: (w1 - w0) as u32,
-                                row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
-                                tensor_stride: mm.n * 2,
-                                tile_stride: ROW,
-                            });
-                        }
-                        off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-                    }
-                }
-                let chunks = bytes / 8;
-                let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
-                for cr in 0..chunk_rounds {
-                    let (r0, r1) = split(chunks, chunk_rounds, cr);
-                    let mut words = Vec::new();
-                    for w in 0..WORKERS as u64 {
-                        let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
-                        let (c0, c1) = (r0 + c0, r0 + c1);
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Sym("Res".into(), (c0 * 8) as u32));
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Const((c1 - c0) as u32));
-                    }
-                    let issues = descriptor_issues(add, &words);
-                    scales.push((root, add, words, issues));
-                }
-            }
-            if mm.epilogue.is_some_and(|e| e.gelu) {
-                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
-                for (w0, w1) in &wr {
-                    let chunks = 4 * (w1 - w0);
-                    words.extend([
-                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
-                        Word::Const(chunks as u32),
-                        Word::Const(cblk as u32),
-                        Word::Const(nbt as u32),
-                    ]);
-                    words.extend(GELU_CONSTANTS.map(|c| Word::Const(c.to_bits())));
-                    words.extend((0..7).map(|_| Word::Const(0)));
-                    slowest = slowest.max(cost::gelu_issues(chunks, nbt));
-                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-                }
-                scales.push((tile_of(i, j, 0), Kernel::GeluF16, words, slowest));
-            }
-            if convert {
-                // Each worker converts its own rows of every block: 8 floats = 2 quads per row.
-                let (mut words, mut slowest, mut off) = (Vec::new(), 0, 0u64);
-                for (w0, w1) in &wr {
-                    let quads = 2 * (w1 - w0);
-                    words.extend([
-                        Word::Sym("C".into(), (off + SCRATCH as u64) as u32),
-                        Word::Const(quads as u32),
-                        Word::Const(cblk as u32),
-                        Word::Const(nbt as u32),
-                    ]);
-                    slowest = slowest.max(cost::cvt_issues(quads, nbt));
-                    off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-                }
-                scales.push((tile_of(i, j, 0), Kernel::CvtF32ToF16, words, slowest));
-            }
+            let root = epilogue::Root { tile: tile_of(i, j, 0), wr: &wr, nbt, cblk, nb0, m0 };
+            let fin = epilogue::finish(mm, &root);
+            plans[root.tile as usize].buffers.extend(fin.buffers);
+            scales.extend(fin.launches.into_iter().map(|(k, w, n)| (root.tile, k, w, n)));
+            bias_slices.extend(fin.bias_slices);
+            residual_slices.extend(fin.residual_slices);
             if grid.tk > 1 {
                 reduce_group(&mut plans, &mut rounds, |l| tile_of(i, j, l), (grid.tk, f), nbt * cblk);
             }
@@ -709,7 +602,7 @@ fn reduce_group(
 }
 
 /// The slowest worker's issues of a descriptor table (count in word 3 of each 4-word entry).
-fn descriptor_issues(kernel: Kernel, words: &[Word]) -> u64 {
+pub(super) fn descriptor_issues(kernel: Kernel, words: &[Word]) -> u64 {
     words
         .chunks(4)
         .map(|w| if let Some(Word::Const(n)) = w.get(3) { kernel_issues(kernel, *n) } else { 0 })

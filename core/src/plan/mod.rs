@@ -6,6 +6,7 @@ mod casts;
 pub mod chain;
 pub mod columns;
 pub mod cost;
+mod epilogue;
 pub mod exchange;
 pub mod matmul;
 pub mod profile;

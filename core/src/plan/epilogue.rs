@@ -1,0 +1,186 @@
+//! The matmul epilogue (docs/kernels.md, docs/model-format.md "What the planner supports"): what
+//! each K-group root runs on its finished sums, in place, after the reduction — alpha
+//! (`scale_f16`), a bias (`bias_f16`), a residual (`add_f16` against a buffer laid out like C),
+//! GeLU (`gelu_f16`), and the f32 → f16 conversion of an f32-accumulated result (`cvt_f32_f16`).
+//! The first fused elementwise ops of the whole-graph planner (docs/graph-planner.md).
+
+use alloc::vec::Vec;
+
+use super::cost;
+use super::matmul::{descriptor_issues, split, zero, MatMul, GELU_CONSTANTS, ROW, SCRATCH, SLACK};
+use super::{Buffer, Kernel, MemKind, SliceRef, Word};
+use crate::target::WORKERS;
+
+/// One K-group root: its tile, the workers' row ranges, its column blocks and block size, the
+/// first column block and first row it holds.
+pub(super) struct Root<'a> {
+    /// Tile.
+    pub tile: u16,
+    /// Per worker, its rows `(first, end)` within the tile's rows.
+    pub wr: &'a [(u64, u64)],
+    /// Column blocks on the tile.
+    pub nbt: u64,
+    /// Bytes of one output block (all workers' scratch and rows).
+    pub cblk: u64,
+    /// First column block.
+    pub nb0: u64,
+    /// First row of the result.
+    pub m0: u64,
+}
+
+/// What the epilogue adds to a root: buffers, kernel launches in order (kernel, descriptor words,
+/// slowest worker's issues) and the binding slices of the bias and residual.
+pub(super) struct Finish {
+    pub buffers: Vec<Buffer>,
+    pub launches: Vec<(Kernel, Vec<Word>, u64)>,
+    pub bias_slices: Vec<SliceRef>,
+    pub residual_slices: Vec<SliceRef>,
+}
+
+/// Each worker's first result row in a block (after its scratch) and its row count.
+fn worker_rows(wr: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut off = 0;
+    wr.iter()
+        .map(|(w0, w1)| {
+            let at = off + SCRATCH as u64;
+            off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+            (at, w1 - w0)
+        })
+        .collect()
+}
+
+/// The epilogue of one root, in the order the reference applies it.
+pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
+    let mut f = Finish {
+        buffers: Vec::new(),
+        launches: Vec::new(),
+        bias_slices: Vec::new(),
+        residual_slices: Vec::new(),
+    };
+    let rows = worker_rows(r.wr);
+    let epi = mm.epilogue;
+    if let Some(alpha) = mm.alpha {
+        let (words, issues) = super::chain::scale_descriptor(r.wr, r.nbt, r.cblk, alpha, "C");
+        f.launches.push((Kernel::ScaleF16, words, issues));
+    }
+    if epi.is_some_and(|e| e.bias.is_some()) {
+        bias(mm, r, &rows, &mut f);
+    }
+    if epi.is_some_and(|e| e.residual.is_some()) {
+        residual(mm, r, &mut f);
+    }
+    if epi.is_some_and(|e| e.gelu) {
+        // 16 values = 4 chunks per row.
+        let launch = per_worker(r, &rows, 4, |chunks| {
+            let mut w: Vec<Word> = GELU_CONSTANTS.iter().map(|c| Word::Const(c.to_bits())).collect();
+            w.extend((0..7).map(|_| Word::Const(0)));
+            (w, cost::gelu_issues(chunks, r.nbt))
+        });
+        f.launches.push((Kernel::GeluF16, launch.0, launch.1));
+    }
+    if mm.out != mm.acc {
+        // 8 floats = 2 quads per row.
+        let launch = per_worker(r, &rows, 2, |quads| (Vec::new(), cost::cvt_issues(quads, r.nbt)));
+        f.launches.push((Kernel::CvtF32ToF16, launch.0, launch.1));
+    }
+    f
+}
+
+/// A descriptor of four words per worker — its first row, `units_per_row` × its rows, the block
+/// stride, the blocks — followed by the kernel's own words; and the slowest worker's issues.
+fn per_worker(
+    r: &Root<'_>,
+    rows: &[(u64, u64)],
+    units_per_row: u64,
+    tail: impl Fn(u64) -> (Vec<Word>, u64),
+) -> (Vec<Word>, u64) {
+    let (mut words, mut slowest) = (Vec::new(), 0);
+    for &(at, n) in rows {
+        let units = units_per_row * n;
+        let (extra, issues) = tail(units);
+        words.extend([
+            Word::Sym("C".into(), at as u32),
+            Word::Const(units as u32),
+            Word::Const(r.cblk as u32),
+            Word::Const(r.nbt as u32),
+        ]);
+        words.extend(extra);
+        slowest = slowest.max(issues);
+    }
+    (words, slowest)
+}
+
+/// The bias: 16 values per column block (32 bytes) on the root, added by `bias_f16`.
+fn bias(mm: &MatMul, r: &Root<'_>, rows: &[(u64, u64)], f: &mut Finish) {
+    let bc = mm.block_cols();
+    f.buffers.push(zero("Bias", r.nbt * 32, MemKind::Tensor));
+    for nbl in 0..r.nbt {
+        let nb = r.nb0 + nbl;
+        f.bias_slices.push(SliceRef {
+            tile: r.tile,
+            buffer: "Bias".into(),
+            offset: (nbl * 32) as u32,
+            tensor_offset: nb * bc * 2,
+            rows: 1,
+            row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+            tensor_stride: 0,
+            tile_stride: 32,
+        });
+    }
+    let (mut words, mut slowest) = (Vec::new(), 0);
+    for &(at, n) in rows {
+        words.extend([
+            Word::Sym("C".into(), at as u32),
+            Word::Const(n as u32),
+            Word::Const(r.cblk as u32),
+            Word::Const(r.nbt as u32),
+            Word::Sym("Bias".into(), 0),
+            Word::Const(0),
+            Word::Const(0),
+            Word::Const(0),
+        ]);
+        slowest = slowest.max(cost::bias_issues(n, r.nbt));
+    }
+    f.launches.push((Kernel::BiasF16, words, slowest));
+}
+
+/// The residual: bound into a buffer laid out like C (same blocks, same rows), then added over
+/// the whole buffer with the reduction's add kernel (rounds of at most 4096 chunks per worker).
+fn residual(mm: &MatMul, r: &Root<'_>, f: &mut Finish) {
+    let bc = mm.block_cols();
+    let bytes = r.nbt * r.cblk;
+    f.buffers.push(zero("Res", bytes + SLACK as u64, MemKind::Tensor));
+    for nbl in 0..r.nbt {
+        let nb = r.nb0 + nbl;
+        for (&(w0, w1), (at, n)) in r.wr.iter().zip(worker_rows(r.wr)) {
+            if n > 0 {
+                f.residual_slices.push(SliceRef {
+                    tile: r.tile,
+                    buffer: "Res".into(),
+                    offset: (nbl * r.cblk + at) as u32,
+                    tensor_offset: ((r.m0 + w0) * mm.n + nb * bc) * 2,
+                    rows: (w1 - w0) as u32,
+                    row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+                    tensor_stride: mm.n * 2,
+                    tile_stride: ROW,
+                });
+            }
+        }
+    }
+    let chunks = bytes / 8;
+    let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
+    for cr in 0..chunk_rounds {
+        let (r0, r1) = split(chunks, chunk_rounds, cr);
+        let mut words = Vec::new();
+        for w in 0..WORKERS as u64 {
+            let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
+            let (c0, c1) = (r0 + c0, r0 + c1);
+            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+            words.push(Word::Sym("Res".into(), (c0 * 8) as u32));
+            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+            words.push(Word::Const((c1 - c0) as u32));
+        }
+        let issues = descriptor_issues(Kernel::AddF16, &words);
+        f.launches.push((Kernel::AddF16, words, issues));
+    }
+}
