@@ -140,6 +140,12 @@ pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
 
 /// Tile memory of the largest tile when a reduction root takes `f` partial sums per round.
 fn memory_with(mm: &MatMul, g: Grid, f: u64) -> u64 {
+    buffers_with(mm, g, f).iter().fold(5 * 16, |t, b| t.saturating_add(*b))
+}
+
+/// The buffers of the largest tile of a grid, in bytes: A, B, C, the zero pin, the reduction's
+/// receive buffer, the descriptor tables and the epilogue's bias and residual.
+fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
     let rows = mm.m.div_ceil(g.tm);
     let nbt = mm.nb().div_ceil(g.tn);
     let kbt = mm.kb().div_ceil(g.tk);
@@ -152,13 +158,34 @@ fn memory_with(mm: &MatMul, g: Grid, f: u64) -> u64 {
     let r = f.saturating_sub(1).saturating_mul(c - SLACK as u64);
     // Descriptor tables: one 96-byte table per AMP launch and per add round (`merge_descriptors`).
     let add_tables = f.saturating_sub(1).saturating_mul((c / 8).div_ceil(WORKERS as u64 * 4096) + 1);
-    let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_mul(96);
-    a.saturating_add(b)
-        .saturating_add(c)
-        .saturating_add(z)
-        .saturating_add(r)
-        .saturating_add(d)
-        .saturating_add(5 * 16)
+    let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(96);
+    let bias = if mm.epilogue.is_some_and(|e| e.bias.is_some()) { nbt.saturating_mul(32) } else { 0 };
+    let residual = if mm.epilogue.is_some_and(|e| e.residual.is_some()) { c } else { 0 };
+    vec![a, b, c, z, r, d, bias, residual]
+}
+
+/// Whether a grid's buffers can be placed as the linker places them (`ipu-linker`): largest
+/// first, each into the first free range that holds it — region 1 up to the host area, then
+/// region 0 after the code (at most `RUNTIME_RESERVE` of code assumed). The total alone is not
+/// enough: one buffer larger than either range cannot be placed however much is free.
+fn fits(mm: &MatMul, g: Grid, f: u64) -> bool {
+    use crate::target::{EXEC_REGION_END, HOST_AREA_BASE, TILE_MEM_BASE};
+    let mut sizes = buffers_with(mm, g, f);
+    sizes.sort_unstable_by(|x, y| y.cmp(x));
+    let mut free = [
+        (HOST_AREA_BASE - EXEC_REGION_END) as u64,
+        (EXEC_REGION_END - TILE_MEM_BASE) as u64 - RUNTIME_RESERVE,
+    ];
+    sizes.iter().filter(|s| **s > 0).all(|&s| {
+        let s = s.saturating_add(15) / 16 * 16;
+        match free.iter_mut().find(|r| **r >= s) {
+            Some(r) => {
+                *r -= s;
+                true
+            }
+            None => false,
+        }
+    })
 }
 
 /// Partial sums a reduction root takes per round when K is split over `g.tk` tiles: all `tk − 1`
@@ -166,8 +193,7 @@ fn memory_with(mm: &MatMul, g: Grid, f: u64) -> u64 {
 /// fits, in more rounds (docs/kernels.md "K split"). Shared with the host reference, which must
 /// add the partial sums in the same order.
 pub fn fan_in(mm: &MatMul, g: Grid) -> u64 {
-    let fits = |f| memory_with(mm, g, f).saturating_add(RUNTIME_RESERVE) <= TILE_MEM_SIZE as u64;
-    (2..=g.tk).rev().find(|&f| fits(f)).unwrap_or(g.tk.min(2))
+    (2..=g.tk).rev().find(|&f| fits(mm, g, f)).unwrap_or(g.tk.min(2))
 }
 
 /// The reduction rounds of `tk` partial sums with fan-in `f`: in round `r` (stride `s = f^r`),
@@ -227,7 +253,7 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
             if rows.div_ceil(WORKERS as u64) + 1 > 4095 {
                 continue;
             }
-            if memory_needed(mm, g) + RUNTIME_RESERVE <= TILE_MEM_SIZE as u64 && !out.contains(&g) {
+            if fits(mm, g, fan_in(mm, g)) && !out.contains(&g) {
                 out.push(g);
             }
         }
@@ -303,7 +329,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         return Err(PlanError::Unsupported(0, format!("grid needs {used} tiles, target has {tiles}")));
     }
     let need = memory_needed(mm, grid) + RUNTIME_RESERVE;
-    if need > TILE_MEM_SIZE as u64 {
+    if need > TILE_MEM_SIZE as u64 || !fits(mm, grid, fan_in(mm, grid)) {
         // Name the operand that takes the most room on the largest tile.
         let rows = mm.m.div_ceil(grid.tm);
         let (nbt, kbt) = (mm.nb().div_ceil(grid.tn), mm.kb().div_ceil(grid.tk));
@@ -317,7 +343,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         } else {
             "C"
         };
-        return Err(PlanError::Memory { tile: 0, buffer: name.into(), over: need - TILE_MEM_SIZE as u64 });
+        // Over the total, or (when the total fits but the pieces do not) over the larger free range.
+        let region1 = (crate::target::HOST_AREA_BASE - crate::target::EXEC_REGION_END) as u64;
+        let largest = a.max(b).max(c);
+        let over = need.saturating_sub(TILE_MEM_SIZE as u64).max(largest.saturating_sub(region1)).max(1);
+        return Err(PlanError::Memory { tile: 0, buffer: name.into(), over });
     }
     let (amp, add) = mm.kernel();
     let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;
