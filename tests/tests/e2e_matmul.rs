@@ -243,7 +243,7 @@ fn a_matmul_too_large_for_one_pass_is_refused_with_what_the_smallest_mapping_nee
     );
     assert!(
         e.contains(
-            "needs 1092064 bytes on one tile (`A` 374144 bytes, `B` 303104, `C` 165632), which has 638976"
+            "needs 1092832 bytes on one tile (`A` 374144 bytes, `B` 303104, `C` 165632), which has 638976"
         ),
         "{e}"
     );
