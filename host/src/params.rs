@@ -126,6 +126,9 @@ fn safetensor(path: &Path, key: &str) -> Result<HostTensor, String> {
 /// Write each param's values into the buffers its binding slices name (as initial words), and
 /// mark the binding `Param`.
 pub fn embed(g: &Graph, plan: &mut Plan, values: &BTreeMap<String, HostTensor>) -> Result<(), String> {
+    // Each touched buffer's bytes, built once and turned into words once at the end (a buffer
+    // takes many slices: one per weight block).
+    let mut images: BTreeMap<(u16, String), Vec<u8>> = BTreeMap::new();
     for b in plan.bindings.iter_mut() {
         if !g.params.contains(&b.tensor) {
             continue;
@@ -135,36 +138,36 @@ pub fn embed(g: &Graph, plan: &mut Plan, values: &BTreeMap<String, HostTensor>) 
         let bytes = crate::session::to_bytes(t, b.transpose);
         b.direction = Direction::Param;
         for s in &b.slices {
-            let tile = &mut plan.tiles[s.tile as usize];
-            let buf = tile
-                .buffers
-                .iter_mut()
-                .find(|x| x.name == s.buffer)
-                .ok_or_else(|| format!("param `{name}`: tile {} has no buffer `{}`", s.tile, s.buffer))?;
-            let words = (buf.bytes as usize).div_ceil(4);
-            if buf.init.is_empty() {
-                buf.init = vec![Word::Const(0); words];
-            }
-            let mut image: Vec<u8> = Vec::with_capacity(4 * words);
-            for w in &buf.init {
-                match w {
-                    Word::Const(v) => image.extend_from_slice(&v.to_le_bytes()),
-                    Word::Sym(..) => {
-                        return Err(format!("param `{name}`: buffer `{}` holds addresses", s.buffer))
-                    }
+            let key = (s.tile, s.buffer.clone());
+            if !images.contains_key(&key) {
+                let buf =
+                    plan.tiles[s.tile as usize].buffers.iter().find(|x| x.name == s.buffer).ok_or_else(
+                        || format!("param `{name}`: tile {} has no buffer `{}`", s.tile, s.buffer),
+                    )?;
+                if !buf.init.is_empty() {
+                    return Err(format!("param `{name}`: buffer `{}` already holds data", s.buffer));
                 }
+                images.insert(key.clone(), vec![0u8; 4 * (buf.bytes as usize).div_ceil(4)]);
             }
+            let image = images.get_mut(&key).expect("inserted above");
             for r in 0..s.rows as u64 {
                 let src = (s.tensor_offset + r * s.tensor_stride) as usize;
                 let dst = s.offset as usize + (r * s.tile_stride as u64) as usize;
                 let n = s.row_bytes as usize;
-                image[dst..dst + n].copy_from_slice(&bytes[src..src + n]);
+                image
+                    .get_mut(dst..dst + n)
+                    .ok_or_else(|| format!("param `{name}`: slice outside buffer `{}`", s.buffer))?
+                    .copy_from_slice(&bytes[src..src + n]);
             }
-            buf.init = image
-                .chunks_exact(4)
-                .map(|c| Word::Const(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                .collect();
         }
+    }
+    for ((tile, buffer), image) in images {
+        let buf =
+            plan.tiles[tile as usize].buffers.iter_mut().find(|x| x.name == buffer).expect("found above");
+        buf.init = image
+            .chunks_exact(4)
+            .map(|c| Word::Const(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect();
     }
     Ok(())
 }

@@ -7,9 +7,8 @@
 use alloc::vec::Vec;
 
 use super::cost;
-use super::matmul::{descriptor_issues, split, zero, MatMul, GELU_CONSTANTS, ROW, SCRATCH, SLACK};
+use super::matmul::{add_descriptors, descriptor_issues, zero, MatMul, GELU_CONSTANTS, ROW, SCRATCH, SLACK};
 use super::{Buffer, Kernel, MemKind, SliceRef, Word};
-use crate::target::WORKERS;
 
 /// One K-group root: its tile, the workers' row ranges, its column blocks and block size, the
 /// first column block and first row it holds.
@@ -167,19 +166,7 @@ fn residual(mm: &MatMul, r: &Root<'_>, f: &mut Finish) {
             }
         }
     }
-    let chunks = bytes / 8;
-    let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
-    for cr in 0..chunk_rounds {
-        let (r0, r1) = split(chunks, chunk_rounds, cr);
-        let mut words = Vec::new();
-        for w in 0..WORKERS as u64 {
-            let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
-            let (c0, c1) = (r0 + c0, r0 + c1);
-            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-            words.push(Word::Sym("Res".into(), (c0 * 8) as u32));
-            words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-            words.push(Word::Const((c1 - c0) as u32));
-        }
+    for words in add_descriptors(bytes, "Res", 0) {
         let issues = descriptor_issues(Kernel::AddF16, &words);
         f.launches.push((Kernel::AddF16, words, issues));
     }

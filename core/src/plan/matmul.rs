@@ -592,9 +592,6 @@ fn reduce_group(
     (tk, f): (u64, u64),
     cbytes: u64,
 ) {
-    // Each worker's rpt covers at most 4096 chunks: split the adds into chunk rounds.
-    let chunks = cbytes / 8;
-    let chunk_rounds = chunks.div_ceil(WORKERS as u64 * 4096);
     for (r, round) in reduction_rounds(tk, f).iter().enumerate() {
         for (recv, senders) in round {
             let rt = tile(*recv);
@@ -613,22 +610,35 @@ fn reduce_group(
                     dst_off: (k * cbytes) as u32,
                     words: (cbytes / 4) as u32,
                 });
-                for cr in 0..chunk_rounds {
-                    let (r0, r1) = split(chunks, chunk_rounds, cr);
-                    let mut words = Vec::new();
-                    for w in 0..WORKERS as u64 {
-                        let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
-                        let (c0, c1) = (r0 + c0, r0 + c1);
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Sym("R".into(), (k * cbytes + c0 * 8) as u32));
-                        words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                        words.push(Word::Const((c1 - c0) as u32));
-                    }
+                for (cr, words) in add_descriptors(cbytes, "R", k * cbytes).into_iter().enumerate() {
                     rounds[r].adds.push((rt, format!("_{k}_{cr}"), words));
                 }
             }
         }
     }
+}
+
+/// Descriptor tables of `C[i] += src[i]` over the first `bytes` of C, `src` at `src_base` in
+/// buffer `src`, in 8-byte chunks spread over the workers; one table per round of at most 4096
+/// chunks per worker (the kernel's `rpt` limit).
+pub(super) fn add_descriptors(bytes: u64, src: &str, src_base: u64) -> Vec<Vec<Word>> {
+    let chunks = bytes / 8;
+    let rounds = chunks.div_ceil(WORKERS as u64 * 4096);
+    (0..rounds)
+        .map(|cr| {
+            let (r0, r1) = split(chunks, rounds, cr);
+            let mut words = Vec::new();
+            for w in 0..WORKERS as u64 {
+                let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
+                let (c0, c1) = (r0 + c0, r0 + c1);
+                words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                words.push(Word::Sym(src.into(), (src_base + c0 * 8) as u32));
+                words.push(Word::Sym("C".into(), (c0 * 8) as u32));
+                words.push(Word::Const((c1 - c0) as u32));
+            }
+            words
+        })
+        .collect()
 }
 
 /// The slowest worker's issues of a descriptor table (count in word 3 of each 4-word entry).
