@@ -70,6 +70,18 @@ pub enum OpKind {
     },
 }
 
+impl OpKind {
+    /// The tensors the op reads, in operand order.
+    pub fn operands(&self) -> Vec<TensorId> {
+        match *self {
+            OpKind::MatMul { a, b, .. } | OpKind::Add { a, b } => alloc::vec![a, b],
+            OpKind::Cast { input } | OpKind::Softmax { input } | OpKind::Gelu { input } => {
+                alloc::vec![input]
+            }
+        }
+    }
+}
+
 /// One operation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Op {

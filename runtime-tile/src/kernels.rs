@@ -67,6 +67,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF32ToF16 => "k_cast_f32_f16",
         CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
+        CopyWords => "k_copy_words",
     }
 }
 
@@ -88,9 +89,36 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
+        CopyWords => (COPY_WORDS, ""),
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
 }
+
+/// Word copies (`cost::copy_issues`): the worker's descriptor entry is (list, segments, 0, 0),
+/// each list entry (src, dst, words) with words in 1..=4095 (one `rpt`). Source and destination
+/// are 4-byte aligned and do not overlap. `rpt` sits at word 11 (≡ 4 mod 8 bytes).
+const COPY_WORDS: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m8, $m6, $m15, 0
+    ld32 $m9, $m6, $m15, 4
+    brz $m9, {NAME}_done
+    add $m9, $m9, -1
+{NAME}_segment:
+    ld32 $m3, $m8, $m15, 0
+    ld32 $m4, $m8, $m15, 4
+    ld32 $m2, $m8, $m15, 8
+    add $m8, $m8, 12
+    nop
+    rpt $m2, 2
+    { ld32pi $m7, $m3, 4 ; fnop }
+    { st32pi $m7, $m4, 4 ; fnop }
+    brnzdec $m9, {NAME}_segment
+{NAME}_done:
+    exit
+";
 
 /// f16 → FP8 (or back) over chunks of four values; descriptor (src, dst, chunks, fmt | scale << 8).
 const CAST: &str = "

@@ -74,12 +74,7 @@ pub fn split(g: &Graph, groups: u64) -> Result<(Graph, Split), PlanError> {
 }
 
 fn reads(k: &OpKind, t: TensorId) -> bool {
-    match *k {
-        OpKind::MatMul { a, b, .. } => a == t || b == t,
-        OpKind::Cast { input } | OpKind::Softmax { input } => input == t,
-        OpKind::Add { a, b } => a == t || b == t,
-        OpKind::Gelu { input } => input == t,
-    }
+    k.operands().contains(&t)
 }
 
 /// Map the bindings of a plan of the rewritten graph back onto the model's tensors: a broadcast

@@ -26,6 +26,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF32ToF16
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         Kernel::BiasF16 => bias_issues(count as u64, 1),
+        Kernel::CopyWords => copy_issues(&[count]),
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
@@ -37,6 +38,16 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
             }
         }
     }
+}
+
+/// Worker issues of `copy_words` for one worker's list of segments (words each): shl, add,
+/// 2×ld32, brz, add (6); per segment 3×ld32, add, nop, rpt (6), two bundles per word, brnzdec;
+/// exit. An empty list exits after the branch.
+pub fn copy_issues(segments: &[u32]) -> u64 {
+    if segments.is_empty() {
+        return 6;
+    }
+    7 + segments.iter().map(|&w| 7 + 2 * w as u64).sum::<u64>()
 }
 
 /// Worker issues of the elementwise chain kernels for `units` units of work: pairs of 4-value

@@ -126,7 +126,7 @@ impl core::fmt::Display for ScheduleError {
 const RECEIVER_SETUP: u64 = EXPECT_CYCLES + 1;
 
 /// Supervisor cycles of an `Expect` event (`setzi` and `put` of `$INCOMING_DCOUNT`).
-const EXPECT_CYCLES: u64 = 2;
+pub(super) const EXPECT_CYCLES: u64 = 2;
 
 /// Schedule transfers greedily in the given order: each sender streams its transfers back to
 /// back, each receiver takes one transfer at a time with a one-cycle gap to move its pointer.
@@ -308,6 +308,34 @@ pub fn check_issue(tile: u16, events: &[Event]) -> Result<u64, ScheduleError> {
     Ok(t)
 }
 
+/// Words a tile takes from the fabric with arrival cycles in `[from, to)`: those of the sender its
+/// mux selects at each arrival (docs/target.md §5).
+fn taken(
+    streams: &BTreeMap<u16, Vec<(u64, &str, u32)>>,
+    mux: &[(u64, u16)],
+    tile: u16,
+    from: u64,
+    to: u64,
+) -> usize {
+    let mut n = 0;
+    for j in mux.partition_point(|x| x.0 <= from).saturating_sub(1)..mux.len() {
+        let (m0, source) = mux[j];
+        if m0 >= to {
+            break;
+        }
+        let m1 = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
+        let (lo, hi) = (m0.max(from), m1.min(to));
+        if lo >= hi || source == MUX_NONE {
+            continue;
+        }
+        if let Some(st) = streams.get(&source) {
+            let lat = latency(source, tile) as u64;
+            n += st.partition_point(|w| w.0 + lat < hi) - st.partition_point(|w| w.0 + lat < lo);
+        }
+    }
+    n
+}
+
 /// Buffer and byte range `[lo, hi)` of words meant for one receiver.
 type WordRange<'a> = (&'a str, u32, u32);
 
@@ -370,14 +398,13 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
             if m == 0 || mux[m - 1].1 != t.sender {
                 return Err(bad);
             }
-            // Pointer: last set at or before the arrival, advanced by the words landed since.
+            // Pointer: last set at or before the arrival, advanced by the words the tile took since.
             let k = ptr.partition_point(|x| x.0 <= arrival);
             if k == 0 {
                 return Err(bad);
             }
             let (set, buf, off) = ptr[k - 1];
-            let landed_since =
-                stream.partition_point(|w| w.0 + lat < arrival) - stream.partition_point(|w| w.0 + lat < set);
+            let landed_since = taken(&streams, mux, t.receiver, set, arrival);
             if buf != t.dst || off + 4 * landed_since as u32 != t.dst_off + 4 * i as u32 {
                 return Err(bad);
             }

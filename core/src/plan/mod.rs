@@ -10,8 +10,12 @@ mod epilogue;
 pub mod exchange;
 pub mod matmul;
 pub mod profile;
+pub mod redistribute;
+pub mod scatter;
 pub mod search;
+pub mod stages;
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
@@ -89,6 +93,9 @@ pub enum Kernel {
     /// f32 → f16 in place over blocks of f32 rows, the halves packed from the block's start
     /// (descriptor: ptr, pairs per block, block stride, blocks).
     CvtF32ToF16,
+    /// Word copies on the tile, for redistributions whose source and destination share a tile
+    /// (descriptor per worker: list, segments; each list entry: src, dst, words).
+    CopyWords,
 }
 
 /// One step of a tile's `run` call.
@@ -261,7 +268,29 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// Plan a graph: a single rank-2 f16 matmul (with `alpha` when it accumulates in f16) gets the
 /// matmul planner (any grid, K split over the exchange, either operand transposed); everything
 /// else the row-chain planner (`chain.rs`).
+///
+/// A graph those two cannot take whole is cut into stages joined by redistributions
+/// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    let cut = stages::partition(graph);
+    let mut plan = match single(graph, opts) {
+        Ok(p) => p,
+        Err(_) if cut.len() > 1 => stages::plan(graph, opts, &cut)?,
+        Err(e) => return Err(e),
+    };
+    if opts.profile {
+        plan.profile = Some(profile::instrument(&mut plan.tiles));
+        plan.cost = cost::predict(&plan.tiles, &plan.horizons);
+    }
+    for (t, tile) in plan.tiles.iter_mut().enumerate() {
+        merge_descriptors(tile);
+        check_memory(graph, t as u16, tile)?;
+    }
+    Ok(plan)
+}
+
+/// The graph as one mapping: the matmul planner or the row-chain planner.
+fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let epilogue = fused_epilogue(graph);
     let simple = (graph.ops.len() == 1 || epilogue.is_some())
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
@@ -282,7 +311,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             }
         }
     }
-    let mut plan = if simple {
+    Ok(if simple {
         plan_matmul(graph, opts, epilogue)?
     } else if opts.column_groups > 1 {
         let (split, how) = columns::split(graph, opts.column_groups as u64)?;
@@ -294,16 +323,7 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         plan
     } else {
         chain::plan(graph, opts)?
-    };
-    if opts.profile {
-        plan.profile = Some(profile::instrument(&mut plan.tiles));
-        plan.cost = cost::predict(&plan.tiles, &plan.horizons);
-    }
-    for (t, tile) in plan.tiles.iter_mut().enumerate() {
-        merge_descriptors(tile);
-        check_memory(graph, t as u16, tile)?;
-    }
-    Ok(plan)
+    })
 }
 
 /// Bytes the runtime and kernels may take (code, host area) — kept out of buffer space.
@@ -332,6 +352,16 @@ fn merge_descriptors(tile: &mut TilePlan) {
         if let Step::RunAll(_, desc, _) = step {
             if let Some((_, new)) = renamed.iter().find(|(old, _)| old == desc) {
                 *desc = new.clone();
+            }
+        }
+    }
+    // Descriptors that point into other merged tables (a copy list) now point into `D`.
+    let base: BTreeMap<&str, u32> =
+        renamed.iter().map(|(old, new)| (old.as_str(), new[2..].parse().unwrap_or(0))).collect();
+    for w in words.iter_mut() {
+        if let Word::Sym(name, off) = w {
+            if let Some(b) = base.get(name.as_str()) {
+                *w = Word::Sym("D".into(), b + *off);
             }
         }
     }

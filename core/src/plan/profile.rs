@@ -97,6 +97,7 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::CastF8ToF16 => "cast_f8_f16",
         Kernel::ScaleF16 => "scale_f16",
         Kernel::CvtF32ToF16 => "cvt_f32_f16",
+        Kernel::CopyWords => "copy_words",
         Kernel::BiasF16 => "bias_f16",
         Kernel::GeluF16 => "gelu_f16",
         Kernel::CastF32ToF16 => "cast_f32_f16",

@@ -1,0 +1,298 @@
+//! Redistribution (docs/graph-planner.md §4): bring a tensor from the distribution its producer
+//! made to the one its consumer needs. Both are given as binding slices (`SliceRef`: per tile, rows
+//! of tensor bytes at a buffer offset), so any planner's output binding can feed any planner's
+//! input binding. Bytes are moved as 32-bit words: over the exchange between tiles
+//! ([`scatter`](super::scatter)), with the `copy_words` kernel within a tile.
+//!
+//! Word rule: every piece starts 4-aligned on both tiles. A piece may end inside a word only at
+//! the end of a destination row that is also the end of a source row, both with room up to the
+//! word boundary in their row stride (the padding of the on-tile layouts): the extra bytes are
+//! source padding written over destination padding. Anything else is refused with the tensor,
+//! bytes and tiles, never moved approximately.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::scatter::{scatter, Multicast};
+use super::{cost, Buffer, Kernel, MemKind, SliceRef, Step, TilePlan, Word};
+
+/// Words moved from one place to another.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Move {
+    /// Source tile.
+    pub from: u16,
+    /// Source buffer.
+    pub src: String,
+    /// Byte offset in it.
+    pub src_off: u32,
+    /// Destination tile.
+    pub to: u16,
+    /// Destination buffer.
+    pub dst: String,
+    /// Byte offset in it.
+    pub dst_off: u32,
+    /// Words.
+    pub words: u32,
+}
+
+/// One row of a distribution: tensor bytes `[t0, t1)` at `addr` in buffer `buf` of `tile`.
+#[derive(Clone, Copy, Debug)]
+struct Row<'a> {
+    t0: u64,
+    t1: u64,
+    tile: u16,
+    buf: &'a str,
+    addr: u32,
+    /// The row stride leaves room to round the row up to a whole word.
+    room: bool,
+}
+
+fn rows(slices: &[SliceRef]) -> Vec<Row<'_>> {
+    let mut v = Vec::new();
+    for s in slices {
+        for r in 0..s.rows as u64 {
+            let t0 = s.tensor_offset + r * s.tensor_stride;
+            v.push(Row {
+                t0,
+                t1: t0 + s.row_bytes as u64,
+                tile: s.tile,
+                buf: &s.buffer,
+                addr: s.offset + (r as u32) * s.tile_stride,
+                room: s.rows == 1 || s.tile_stride >= s.row_bytes.div_ceil(4) * 4,
+            });
+        }
+    }
+    v
+}
+
+/// The word moves that give every destination byte its value from the source distribution.
+/// Where the source holds bytes more than once (a replicated input), the first slice wins.
+pub fn moves(name: &str, src: &[SliceRef], dst: &[SliceRef]) -> Result<Vec<Move>, String> {
+    let mut s = rows(src);
+    s.sort_by_key(|r| (r.t0, r.t1));
+    // Disjoint source intervals in tensor order (the first copy of each byte).
+    let mut covered = 0u64;
+    let mut srows: Vec<Row> = Vec::with_capacity(s.len());
+    for mut r in s {
+        if r.t1 <= covered {
+            continue;
+        }
+        if r.t0 < covered {
+            r.addr += (covered - r.t0) as u32;
+            r.t0 = covered;
+        }
+        covered = r.t1;
+        srows.push(r);
+    }
+    let mut out = Vec::new();
+    for d in rows(dst) {
+        let mut x0 = d.t0;
+        let mut i = srows.partition_point(|r| r.t1 <= d.t0);
+        while x0 < d.t1 {
+            let Some(r) = srows.get(i).filter(|r| r.t0 <= x0) else {
+                return Err(format!(
+                    "tensor `{name}`: bytes {x0}.. needed on tile {} are not held by its producer",
+                    d.tile
+                ));
+            };
+            let x1 = d.t1.min(r.t1);
+            let sa = r.addr + (x0 - r.t0) as u32;
+            let da = d.addr + (x0 - d.t0) as u32;
+            let whole = (x1 - x0).is_multiple_of(4);
+            let padded_end = x1 == d.t1 && x1 == r.t1 && d.room && r.room;
+            if !sa.is_multiple_of(4) || !da.is_multiple_of(4) || !(whole || padded_end) {
+                return Err(format!(
+                    "tensor `{name}`: bytes {x0}..{x1} sit at offset {sa} of `{}` on tile {} and must go to offset \
+                     {da} of `{}` on tile {}; the exchange moves whole aligned words (an odd number of f16 \
+                     values per row block?)",
+                    r.buf, r.tile, d.buf, d.tile
+                ));
+            }
+            out.push(Move {
+                from: r.tile,
+                src: r.buf.into(),
+                src_off: sa,
+                to: d.tile,
+                dst: d.buf.into(),
+                dst_off: da,
+                words: (x1 - x0).div_ceil(4) as u32,
+            });
+            x0 = x1;
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// A redistribution ready to be appended to the tile plans: the exchange events of each tile, the
+/// local copies, and what it costs.
+#[derive(Clone, Debug, Default)]
+pub struct Superstep {
+    /// Exchange events per tile (tiles not listed take part with none).
+    pub events: BTreeMap<u16, Vec<super::exchange::Event>>,
+    /// Cycles from the release to the last landing.
+    pub horizon: u64,
+    /// Per tile: the copy list and descriptor buffers and the slowest worker's issues.
+    pub copies: BTreeMap<u16, (Vec<Buffer>, u64)>,
+    /// Bytes over the exchange (a multicast counted once).
+    pub exchange_bytes: u64,
+}
+
+/// Longest segment `copy_words` takes (one `rpt` of two bundles per word).
+const COPY_MAX_WORDS: u32 = 4095;
+
+/// Schedule moves as one exchange superstep plus on-tile copies; `tag` makes buffer names unique.
+pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
+    let (local, remote): (Vec<&Move>, Vec<&Move>) = moves.iter().partition(|m| m.from == m.to);
+    let mut out = Superstep::default();
+    let pieces = multicasts(&remote)?;
+    out.exchange_bytes = pieces.iter().map(|p| 4 * p.words as u64).sum();
+    let (sched, _) = scatter(&round_robin(pieces)).map_err(|e| format!("{e}"))?;
+    out.events = sched.events;
+    out.horizon = sched.horizon;
+    let mut per_tile: BTreeMap<u16, Vec<&Move>> = BTreeMap::new();
+    for m in local {
+        per_tile.entry(m.from).or_default().push(m);
+    }
+    for (tile, ms) in per_tile {
+        out.copies.insert(tile, copy_launch(&ms, tag));
+    }
+    Ok(out)
+}
+
+/// Pieces from remote moves: split each sender's source ranges at every boundary any move has,
+/// so that equal ranges are sent once to all their receivers (a word is sent at most once per
+/// superstep), then join runs that are contiguous on the sender and on every receiver.
+fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
+    let mut cuts: BTreeMap<(u16, &str), BTreeSet<u32>> = BTreeMap::new();
+    for m in remote {
+        let c = cuts.entry((m.from, m.src.as_str())).or_default();
+        c.insert(m.src_off);
+        c.insert(m.src_off + 4 * m.words);
+    }
+    let mut groups: BTreeMap<(u16, &str, u32, u32), Vec<(u16, &str, u32)>> = BTreeMap::new();
+    for m in remote {
+        let c = &cuts[&(m.from, m.src.as_str())];
+        let end = m.src_off + 4 * m.words;
+        let mut lo = m.src_off;
+        for &hi in c.range(m.src_off + 1..=end) {
+            let to = (m.to, m.dst.as_str(), m.dst_off + (lo - m.src_off));
+            groups.entry((m.from, m.src.as_str(), lo, (hi - lo) / 4)).or_default().push(to);
+            lo = hi;
+        }
+    }
+    let mut pieces: Vec<Multicast> = Vec::new();
+    for ((from, src, off, words), mut to) in groups {
+        to.sort();
+        to.dedup();
+        if to.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(format!("tile {} needs the same bytes of `{src}` on tile {from} twice", to[0].0));
+        }
+        if let Some(last) = pieces.last_mut() {
+            let joins = last.sender == from
+                && last.src == src
+                && last.src_off + 4 * last.words == off
+                && last.to.len() == to.len()
+                && last
+                    .to
+                    .iter()
+                    .zip(&to)
+                    .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 + 4 * last.words == b.2);
+            if joins {
+                last.words += words;
+                continue;
+            }
+        }
+        pieces.push(Multicast {
+            sender: from,
+            src: src.into(),
+            src_off: off,
+            words,
+            to: to.into_iter().map(|(t, d, o)| (t, d.into(), o)).collect(),
+        });
+    }
+    Ok(pieces)
+}
+
+/// Interleave the senders' pieces (first piece of every sender, then the second, …) so that the
+/// greedy schedule keeps many senders busy at once.
+fn round_robin(pieces: Vec<Multicast>) -> Vec<Multicast> {
+    let mut by_sender: BTreeMap<u16, Vec<Multicast>> = BTreeMap::new();
+    for p in pieces {
+        by_sender.entry(p.sender).or_default().push(p);
+    }
+    let mut queues: Vec<alloc::vec::IntoIter<Multicast>> =
+        by_sender.into_values().map(Vec::into_iter).collect();
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        for q in queues.iter_mut() {
+            out.extend(q.next());
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// The `copy_words` launch of one tile: segments (split at the kernel's limit) dealt to the six
+/// workers largest first, each to the least loaded (ties: lowest worker).
+fn copy_launch(ms: &[&Move], tag: &str) -> (Vec<Buffer>, u64) {
+    let mut segs: Vec<(u32, &Move, u32)> = Vec::new();
+    for m in ms {
+        let mut done = 0;
+        while done < m.words {
+            let n = (m.words - done).min(COPY_MAX_WORDS);
+            segs.push((n, m, done));
+            done += n;
+        }
+    }
+    segs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
+    let workers = crate::target::WORKERS;
+    let mut lists: Vec<Vec<(u32, &Move, u32)>> = (0..workers).map(|_| Vec::new()).collect();
+    for s in segs {
+        let load = |l: &Vec<(u32, &Move, u32)>| cost::copy_issues(&l.iter().map(|x| x.0).collect::<Vec<_>>());
+        let w = (0..workers).min_by_key(|&w| (load(&lists[w]), w)).unwrap_or(0);
+        lists[w].push(s);
+    }
+    let list_name = format!("{tag}cl");
+    let desc_name = format!("{tag}cd");
+    let (mut list, mut desc) = (Vec::new(), Vec::new());
+    let mut issues = 0;
+    for l in &lists {
+        desc.push(Word::Sym(list_name.clone(), 4 * list.len() as u32));
+        desc.push(Word::Const(l.len() as u32));
+        desc.push(Word::Const(0));
+        desc.push(Word::Const(0));
+        for (n, m, done) in l {
+            list.push(Word::Sym(m.src.clone(), m.src_off + 4 * done));
+            list.push(Word::Sym(m.dst.clone(), m.dst_off + 4 * done));
+            list.push(Word::Const(*n));
+        }
+        issues = issues.max(cost::copy_issues(&l.iter().map(|x| x.0).collect::<Vec<_>>()));
+    }
+    let buf = |name: String, init: Vec<Word>| Buffer {
+        name,
+        bytes: 4 * init.len().max(1) as u32,
+        align: 16,
+        kind: MemKind::Descriptor,
+        init,
+    };
+    (alloc::vec![buf(list_name, list), buf(desc_name, desc)], issues)
+}
+
+/// Append a superstep to every tile's steps: `Phase`, `Sync`, the exchange, then local copies.
+pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
+    for (t, p) in tiles.iter_mut().enumerate() {
+        p.steps.push(Step::Phase(phase.into()));
+        p.steps.push(Step::Sync);
+        p.steps.push(Step::Exchange(s.events.get(&(t as u16)).cloned().unwrap_or_default()));
+    }
+    for (tile, (buffers, issues)) in s.copies {
+        let p = &mut tiles[tile as usize];
+        p.buffers.extend(buffers);
+        p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd"), issues));
+    }
+}

@@ -1,0 +1,208 @@
+//! Point-to-point and multicast exchange for redistributions (docs/graph-planner.md §4): any tile
+//! may send and receive in the same superstep, a piece may go to several receivers at their own
+//! destinations, and every receiver parks its mux after each piece, so words a sender streams
+//! later can never land in the wrong place.
+//!
+//! Greedy list scheduling in the given piece order: a piece starts when its sender's supervisor is
+//! free and every receiver can set its pointer one cycle before the first word arrives, after its
+//! previous piece has landed. A tile's supervisor does one thing at a time (docs/target.md §4.3):
+//! a send occupies it one cycle per word and each pointer or mux change one cycle, so a piece is
+//! moved later until those cycles are free on every tile involved (a tile sends while it
+//! receives, between its receiver's events). The schedule is validated word by word by
+//! [`exchange::validate`] before it is returned.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
+use crate::target::MUX_NONE;
+use crate::topology::latency;
+
+/// Words from one sender to one or more receivers, each with its own destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Multicast {
+    /// Sending tile.
+    pub sender: u16,
+    /// Source buffer on the sender.
+    pub src: String,
+    /// Byte offset in it (4-aligned).
+    pub src_off: u32,
+    /// Words.
+    pub words: u32,
+    /// Receivers: tile, destination buffer, byte offset (4-aligned). Never the sender.
+    pub to: Vec<(u16, String, u32)>,
+}
+
+/// Cycles a tile's supervisor is occupied: disjoint `[start, end)` intervals keyed by start.
+#[derive(Default)]
+struct Busy(BTreeMap<u64, u64>);
+
+impl Busy {
+    /// End of an occupied interval that overlaps `[a, b)`, if any.
+    fn conflict(&self, a: u64, b: u64) -> Option<u64> {
+        self.0.range(..b).next_back().and_then(|(_, &end)| (end > a).then_some(end))
+    }
+    fn take(&mut self, a: u64, b: u64) {
+        self.0.insert(a, b);
+    }
+    fn end(&self) -> u64 {
+        self.0.values().copied().max().unwrap_or(0)
+    }
+}
+
+/// Schedule pieces; returns the per-tile events and the transfers they implement.
+pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    let receivers: BTreeSet<u16> = pieces.iter().flat_map(|p| p.to.iter().map(|t| t.0)).collect();
+    // Each tile's occupied supervisor cycles (receivers start with their `Expect`).
+    let mut busy: BTreeMap<u16, Busy> = BTreeMap::new();
+    for &r in &receivers {
+        busy.entry(r).or_default().take(0, EXPECT_CYCLES);
+    }
+    // A sender's next free send cycle, a receiver's cycle after its last landed word (pieces reach
+    // a receiver one after the other), and the cycle after a sender's last word lands.
+    let mut send_end: BTreeMap<u16, u64> = BTreeMap::new();
+    let mut landed: BTreeMap<u16, u64> = BTreeMap::new();
+    let mut arrived: BTreeMap<u16, u64> = BTreeMap::new();
+    let mut expected: BTreeMap<u16, u32> = BTreeMap::new();
+    let mut s = Schedule::default();
+    let mut transfers = Vec::new();
+    for p in pieces.iter().filter(|p| p.words > 0 && !p.to.is_empty()) {
+        let w = p.words as u64;
+        let mut start = *send_end.get(&p.sender).unwrap_or(&0);
+        for (r, _, _) in &p.to {
+            if *r == p.sender {
+                return Err(ScheduleError::SendAndReceive(*r));
+            }
+            let ready = (*landed.get(r).unwrap_or(&0)).max(EXPECT_CYCLES) + 1;
+            start = start.max(ready.saturating_sub(latency(p.sender, *r) as u64));
+        }
+        // Move the start later until the send and each receiver's pointer, mux and park cycles
+        // fall on free supervisor cycles of their tiles.
+        loop {
+            let mut later = busy.get(&p.sender).and_then(|b| b.conflict(start, start + w));
+            for (r, _, _) in &p.to {
+                let arrive = start + latency(p.sender, *r) as u64;
+                for c in [arrive - 1, arrive, arrive + w] {
+                    if let Some(end) = busy.get(r).and_then(|b| b.conflict(c, c + 1)) {
+                        later = Some(later.unwrap_or(0).max(start + (end - c)));
+                    }
+                }
+            }
+            match later {
+                Some(t) => start = t.max(start + 1),
+                None => break,
+            }
+        }
+        busy.entry(p.sender).or_default().take(start, start + w);
+        send_end.insert(p.sender, start + w);
+        s.events.entry(p.sender).or_default().push(Event::Send {
+            at: start,
+            buffer: p.src.clone(),
+            offset: p.src_off,
+            words: p.words,
+        });
+        for (r, dst, dst_off) in &p.to {
+            let arrive = start + latency(p.sender, *r) as u64;
+            let b = busy.entry(*r).or_default();
+            for c in [arrive - 1, arrive, arrive + w] {
+                b.take(c, c + 1);
+            }
+            let ev = s.events.entry(*r).or_default();
+            ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
+            ev.push(Event::Mux { at: arrive, source: p.sender });
+            ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
+            landed.insert(*r, arrive + w);
+            *expected.entry(*r).or_insert(0) += p.words;
+            let a = arrived.entry(p.sender).or_insert(0);
+            *a = (*a).max(arrive + w);
+            transfers.push(Transfer {
+                sender: p.sender,
+                receiver: *r,
+                src: p.src.clone(),
+                src_off: p.src_off,
+                dst: dst.clone(),
+                dst_off: *dst_off,
+                words: p.words,
+            });
+        }
+    }
+    for (tile, evs) in s.events.iter_mut() {
+        // A tile's events in time order (sends and receptions were placed independently).
+        evs.sort_by_key(|e| match e {
+            Event::Pointer { at, .. } | Event::Mux { at, .. } | Event::Send { at, .. } => *at,
+            Event::Expect(_) | Event::Drain { .. } => 0,
+        });
+        if let Some(words) = expected.get(tile) {
+            evs.insert(0, Event::Expect(*words));
+        }
+        // The closing sync waits for the tile's own events and for its sent words to land.
+        let until = busy[tile].end().max(*arrived.get(tile).unwrap_or(&0));
+        evs.push(Event::Drain { until });
+        s.horizon = s.horizon.max(until);
+    }
+    exchange::validate(&transfers, &s)?;
+    Ok((s, transfers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(sender: u16, off: u32, words: u32, to: &[(u16, u32)]) -> Multicast {
+        Multicast {
+            sender,
+            src: "s".into(),
+            src_off: off,
+            words,
+            to: to.iter().map(|&(t, o)| (t, String::from("d"), o)).collect(),
+        }
+    }
+
+    #[test]
+    fn tiles_may_send_and_receive_in_one_superstep() {
+        // A ring: every tile sends 8 words to the next and receives 8 from the previous.
+        let pieces: Vec<Multicast> = (0..4u16).map(|t| piece(t, 0, 8, &[((t + 1) % 4, 0)])).collect();
+        let (s, transfers) = scatter(&pieces).unwrap();
+        assert_eq!(transfers.len(), 4);
+        for t in 0..4u16 {
+            let evs = &s.events[&t];
+            assert_eq!(evs[0], Event::Expect(8), "tile {t}");
+            assert_eq!(evs.iter().filter(|e| matches!(e, Event::Send { .. })).count(), 1);
+        }
+        // Each word travels at least the self-latency; the ring is not serialised through one tile.
+        assert!(s.horizon >= 8 + 11 && s.horizon < 2 * (8 + 13 + 3), "{}", s.horizon);
+    }
+
+    #[test]
+    fn a_multicast_is_sent_once_to_receivers_at_their_own_offsets() {
+        let (s, transfers) = scatter(&[piece(0, 16, 4, &[(1, 0), (2, 32)])]).unwrap();
+        assert_eq!(transfers.len(), 2);
+        assert_eq!(s.events[&0].iter().filter(|e| matches!(e, Event::Send { .. })).count(), 1);
+        let ptr = |t: u16| {
+            s.events[&t].iter().find_map(|e| match e {
+                Event::Pointer { offset, .. } => Some(*offset),
+                _ => None,
+            })
+        };
+        assert_eq!((ptr(1), ptr(2)), (Some(0), Some(32)));
+    }
+
+    #[test]
+    fn a_sender_cannot_be_its_own_receiver() {
+        assert_eq!(scatter(&[piece(3, 0, 4, &[(3, 0)])]).unwrap_err(), ScheduleError::SendAndReceive(3));
+    }
+
+    #[test]
+    fn later_pieces_of_a_sender_do_not_reach_an_earlier_receiver() {
+        // Tile 0 sends to 1, then to 2: tile 1 parks its mux, so the validator accepts the schedule;
+        // without the park the second piece would land on tile 1 too.
+        let (mut s, transfers) = scatter(&[piece(0, 0, 4, &[(1, 0)]), piece(0, 16, 4, &[(2, 0)])]).unwrap();
+        let evs = s.events.get_mut(&1).unwrap();
+        evs.retain(|e| !matches!(e, Event::Mux { source: MUX_NONE, .. }));
+        assert!(matches!(
+            exchange::validate(&transfers, &s),
+            Err(ScheduleError::Misrouted { sender: 0, receiver: 1, .. })
+        ));
+    }
+}

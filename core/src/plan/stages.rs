@@ -1,0 +1,240 @@
+//! Graphs of several mappings (docs/graph-planner.md, step 1 and the re-block redistribution):
+//! the graph is cut into *stages*, each planned by one existing mapping — a matmul grid with its
+//! fused epilogue (bias, residual, GeLU), or a row chain (casts, softmax, batched matmuls) — and a
+//! tensor made by one stage and read by a later one is moved by a redistribution superstep from
+//! the producer's output slices to the consumer's input slices. Sources (inputs, params) are bound
+//! by the host where they are first read and redistributed from there to later readers.
+//!
+//! All stages' buffers coexist on the tile (memory liveness is a later step of the design).
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use ipu_schema::{DType, Direction};
+
+use super::exchange::Event;
+use super::redistribute::{self, Move};
+use super::{chain, cost, fused_epilogue, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word};
+use crate::graph::{Graph, OpKind, TensorId};
+
+/// A rank-2 f16 matmul the grid planner takes (alpha only with f16 partials).
+pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
+    matches!(g.ops[op].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
+        if g.tensor(a).shape.len() == 2 && g.tensor(b).shape.len() == 2
+        && g.tensor(a).dtype == DType::F16 && g.tensor(b).dtype == DType::F16
+        && (alpha.is_none() || accumulate == DType::F16))
+}
+
+/// Cut the ops into stages in order: each grid matmul with the epilogue ops that follow it and can
+/// be fused (their intermediate results read by nothing else), and the runs of other ops between
+/// them as row chains.
+pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
+    let mut stages = Vec::new();
+    let mut chain: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while i < g.ops.len() {
+        if !grid_matmul(g, i) {
+            chain.push(i);
+            i += 1;
+            continue;
+        }
+        if !chain.is_empty() {
+            stages.push(core::mem::take(&mut chain));
+        }
+        let mut ops = vec![i];
+        while let Some(j) = ops.last().map(|l| l + 1).filter(|&j| j < g.ops.len()) {
+            let mut with = ops.clone();
+            with.push(j);
+            if !fusable(g, &with) {
+                break;
+            }
+            ops = with;
+        }
+        i = ops.last().map_or(i, |l| l + 1);
+        stages.push(ops);
+    }
+    if !chain.is_empty() {
+        stages.push(chain);
+    }
+    stages
+}
+
+/// Whether `ops` (a matmul and what follows it) form a matmul with a fused epilogue whose
+/// intermediate results nothing else reads.
+fn fusable(g: &Graph, ops: &[usize]) -> bool {
+    let inner = &ops[..ops.len() - 1];
+    let private = inner.iter().all(|&k| {
+        let t = g.ops[k].output;
+        !g.outputs.contains(&t)
+            && g.ops.iter().enumerate().all(|(r, o)| ops.contains(&r) || !o.kind.operands().contains(&t))
+    });
+    private && fused_epilogue(&subgraph(g, ops, true)).is_some()
+}
+
+/// The graph of one stage: its ops; its sources are what it reads and does not make (params stay
+/// params); its outputs what it makes for later stages or the model (with `last_only`, its last
+/// result, as the epilogue test wants).
+fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
+    let made: Vec<TensorId> = ops.iter().map(|&i| g.ops[i].output).collect();
+    let (mut inputs, mut params) = (Vec::new(), Vec::new());
+    for &i in ops {
+        for t in g.ops[i].kind.operands() {
+            let list = if g.params.contains(&t) { &mut params } else { &mut inputs };
+            if !made.contains(&t) && !list.contains(&t) {
+                list.push(t);
+            }
+        }
+    }
+    let outputs = if last_only {
+        made.last().copied().into_iter().collect()
+    } else {
+        made.iter()
+            .copied()
+            .filter(|t| {
+                g.outputs.contains(t)
+                    || g.ops
+                        .iter()
+                        .enumerate()
+                        .any(|(r, o)| !ops.contains(&r) && o.kind.operands().contains(t))
+            })
+            .collect()
+    };
+    Graph {
+        name: g.name.clone(),
+        tensors: g.tensors.clone(),
+        inputs,
+        params,
+        outputs,
+        ops: ops.iter().map(|&i| g.ops[i].clone()).collect(),
+    }
+}
+
+/// Plan the stages and join them with redistributions.
+pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan, PlanError> {
+    let mut merged = Plan {
+        tiles: vec![TilePlan::default(); opts.tiles],
+        bindings: Vec::new(),
+        cost: cost::Cost::default(),
+        tiles_used: 0,
+        mapping: Vec::new(),
+        grids: vec![[1, 1, 1]; g.ops.len()],
+        horizons: Vec::new(),
+        profile: None,
+        exchange_bytes: 0,
+        eliminated_clears: 0,
+    };
+    // Where each tensor is held once made or bound: its slices (buffer names already tagged).
+    let mut held: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
+    for (k, ops) in stages.iter().enumerate() {
+        let sub = subgraph(g, ops, false);
+        let global = |e: PlanError| match e {
+            PlanError::Unsupported(i, w) => PlanError::Unsupported(ops.get(i).copied().unwrap_or(ops[0]), w),
+            other => other,
+        };
+        let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
+        let mut p = if grid_matmul(g, ops[0]) {
+            super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub))
+        } else {
+            chain::plan(&sub, stage_opts)
+        }
+        .map_err(global)?;
+        let tag = format!("g{k}_");
+        rename(&mut p, &tag);
+        let mut moves: Vec<Move> = Vec::new();
+        let mut moved: Vec<String> = Vec::new();
+        for b in p.bindings {
+            let name = &g.tensor(b.tensor).name;
+            if b.direction == Direction::Output {
+                if g.outputs.contains(&b.tensor) {
+                    merged.bindings.push(b.clone());
+                }
+                held.insert(b.tensor, b.slices);
+            } else if let Some(from) = held.get(&b.tensor) {
+                if b.transpose {
+                    let reader = ops.iter().copied().find(|&i| g.ops[i].kind.operands().contains(&b.tensor));
+                    return Err(PlanError::Unsupported(
+                        reader.unwrap_or(ops[0]),
+                        format!(
+                            "`{name}` is made on the chip and read transposed here; transposing on the chip \
+                             is not supported yet (give it as a model input, or read it untransposed)"
+                        ),
+                    ));
+                }
+                moves.extend(
+                    redistribute::moves(name, from, &b.slices)
+                        .map_err(|e| PlanError::Unsupported(ops[0], e))?,
+                );
+                moved.push(name.clone());
+            } else {
+                held.insert(b.tensor, b.slices.clone());
+                merged.bindings.push(b);
+            }
+        }
+        if !moves.is_empty() {
+            let step = redistribute::superstep(&moves, &format!("x{k}_"))
+                .map_err(|e| PlanError::Unsupported(ops[0], e))?;
+            merged.exchange_bytes += step.exchange_bytes;
+            if !step.events.is_empty() {
+                merged.horizons.push(step.horizon);
+            }
+            redistribute::append(
+                &mut merged.tiles,
+                step,
+                &format!("redistribute {}", moved.join(" ")),
+                &format!("x{k}_"),
+            );
+        }
+        for (t, tp) in p.tiles.into_iter().enumerate() {
+            merged.tiles[t].buffers.extend(tp.buffers);
+            merged.tiles[t].steps.extend(tp.steps);
+        }
+        merged.horizons.extend(p.horizons);
+        merged.tiles_used = merged.tiles_used.max(p.tiles_used);
+        merged.exchange_bytes += p.exchange_bytes;
+        merged.eliminated_clears += p.eliminated_clears;
+        merged.mapping.extend(p.mapping.into_iter().map(|m| format!("stage {k}: {m}")));
+        for (i, grid) in p.grids.into_iter().enumerate() {
+            if let Some(&op) = ops.get(i) {
+                merged.grids[op] = grid;
+            }
+        }
+    }
+    merged.cost = cost::predict(&merged.tiles, &merged.horizons);
+    Ok(merged)
+}
+
+/// Prefix every buffer name of a stage's plan (buffers, descriptor words, steps, exchange events,
+/// bindings) so that stages never share a symbol.
+fn rename(p: &mut Plan, tag: &str) {
+    let re = |s: &mut String| *s = format!("{tag}{s}");
+    for t in p.tiles.iter_mut() {
+        for b in t.buffers.iter_mut() {
+            re(&mut b.name);
+            for w in b.init.iter_mut() {
+                if let Word::Sym(s, _) = w {
+                    re(s);
+                }
+            }
+        }
+        for step in t.steps.iter_mut() {
+            match step {
+                Step::LoadWeights(s, _) | Step::RunAll(_, s, _) => re(s),
+                Step::Exchange(evs) => {
+                    for e in evs.iter_mut() {
+                        if let Event::Pointer { buffer, .. } | Event::Send { buffer, .. } = e {
+                            re(buffer);
+                        }
+                    }
+                }
+                Step::Sync | Step::SetCsr(..) | Step::Phase(_) | Step::Stamp(_) => {}
+            }
+        }
+    }
+    for b in p.bindings.iter_mut() {
+        for s in b.slices.iter_mut() {
+            re(&mut s.buffer);
+        }
+    }
+}
