@@ -162,6 +162,9 @@ pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
     Ok(out)
 }
 
+/// Sender, source buffer, byte offset, words.
+type SourceRange<'a> = (u16, &'a str, u32, u32);
+
 /// Pieces from remote moves: split each sender's source ranges at every boundary any move has,
 /// so that equal ranges are sent once to all their receivers (a word is sent at most once per
 /// superstep), then join runs that are contiguous on the sender and on every receiver.
@@ -172,7 +175,7 @@ fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
         c.insert(m.src_off);
         c.insert(m.src_off + 4 * m.words);
     }
-    let mut groups: BTreeMap<(u16, &str, u32, u32), Vec<(u16, &str, u32)>> = BTreeMap::new();
+    let mut groups: BTreeMap<SourceRange, Vec<(u16, &str, u32)>> = BTreeMap::new();
     for m in remote {
         let c = &cuts[&(m.from, m.src.as_str())];
         let end = m.src_off + 4 * m.words;
@@ -294,5 +297,93 @@ pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
         let p = &mut tiles[tile as usize];
         p.buffers.extend(buffers);
         p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd"), issues));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(clippy::too_many_arguments)]
+    fn slice(
+        tile: u16,
+        buffer: &str,
+        offset: u32,
+        t0: u64,
+        rows: u32,
+        row_bytes: u32,
+        ts: u64,
+        stride: u32,
+    ) -> SliceRef {
+        SliceRef {
+            tile,
+            buffer: buffer.into(),
+            offset,
+            tensor_offset: t0,
+            rows,
+            row_bytes,
+            tensor_stride: ts,
+            tile_stride: stride,
+        }
+    }
+
+    #[test]
+    fn rows_split_over_tiles_are_gathered_by_columns() {
+        // A [4, 8] f16 tensor: rows 0-1 on tile 0, rows 2-3 on tile 1 (16 B per row, packed);
+        // the consumer wants columns 0-3 of all rows on tile 2 and columns 4-7 on tile 0.
+        let src = [slice(0, "C", 0, 0, 2, 16, 16, 16), slice(1, "C", 64, 32, 2, 16, 16, 16)];
+        let dst = [slice(2, "A", 0, 0, 4, 8, 16, 32), slice(0, "A", 0, 8, 4, 8, 16, 32)];
+        let m = moves("T", &src, &dst).unwrap();
+        let words: u32 = m.iter().map(|m| m.words).sum();
+        assert_eq!(words, 4 * 4, "every byte once: 4 rows × 16 bytes");
+        assert!(m.contains(&Move {
+            from: 1,
+            src: "C".into(),
+            src_off: 64 + 16,
+            to: 2,
+            dst: "A".into(),
+            dst_off: 3 * 32,
+            words: 2
+        }));
+        // Tile 0 keeps its own rows by a copy; the rest crosses the exchange.
+        let s = superstep(&m, "t").unwrap();
+        assert!(s.copies.contains_key(&0) && s.copies.len() == 1);
+        assert_eq!(s.exchange_bytes, 4 * (words as u64 - 4));
+        assert!(s.horizon > 11);
+    }
+
+    #[test]
+    fn a_replicated_source_is_read_once() {
+        let src = [slice(0, "A", 0, 0, 1, 32, 32, 32), slice(1, "A", 0, 0, 1, 32, 32, 32)];
+        let dst = [slice(2, "B", 0, 0, 1, 32, 32, 32), slice(3, "B", 0, 0, 1, 32, 32, 32)];
+        let m = moves("T", &src, &dst).unwrap();
+        assert!(m.iter().all(|m| m.from == 0), "{m:?}");
+        // One send to both receivers.
+        let s = superstep(&m, "t").unwrap();
+        assert_eq!(s.exchange_bytes, 32);
+    }
+
+    #[test]
+    fn an_odd_row_end_moves_into_padding_and_misalignment_is_refused() {
+        // 5 f16 values per row (10 B), rows 32 B apart on both sides: the last word carries padding.
+        let src = [slice(0, "C", 0, 0, 3, 10, 10, 32)];
+        let dst = [slice(1, "A", 0, 0, 3, 10, 10, 32)];
+        let m = moves("T", &src, &dst).unwrap();
+        assert!(m.iter().all(|m| m.words == 3), "{m:?}");
+        // Packed rows (no room): the rounded word would overwrite the next row.
+        let packed = [slice(1, "A", 0, 0, 3, 10, 10, 10)];
+        assert!(moves("T", &src, &packed).unwrap_err().contains("whole aligned words"));
+        // A destination that starts mid-word.
+        let dst = [slice(1, "A", 2, 0, 1, 8, 10, 32)];
+        let e = moves("T", &src, &dst).unwrap_err();
+        assert!(e.contains("tensor `T`") && e.contains("tile 1"), "{e}");
+    }
+
+    #[test]
+    fn bytes_the_producer_does_not_hold_are_an_error() {
+        let src = [slice(0, "C", 0, 0, 1, 16, 16, 16)];
+        let dst = [slice(1, "A", 0, 0, 2, 16, 16, 16)];
+        let e = moves("T", &src, &dst).unwrap_err();
+        assert!(e.contains("bytes 16.. needed on tile 1 are not held"), "{e}");
     }
 }
