@@ -32,6 +32,17 @@ fn vector_fp_on_one_worker() {
 }
 
 #[test]
+fn f32_square_root_and_reciprocal_are_correctly_rounded() {
+    let (mut dev, prog, r) = run_one(include_str!("../programs/f32_sqrt.s"));
+    assert_eq!(r.expect("runs").cycle, 170);
+    let d = prog.sym("data");
+    // NumPy float32: sqrt(2) = 0x3FB504F3, 1/sqrt(2) = 0x3F3504F3; sqrt(-1) is a NaN.
+    assert_eq!(read_u32(&mut dev, 0, d + 12), 0x3FB5_04F3);
+    assert_eq!(read_u32(&mut dev, 0, d + 16), 0x3F35_04F3);
+    assert!(f32::from_bits(read_u32(&mut dev, 0, d + 20)).is_nan());
+}
+
+#[test]
 fn fp8_conversion_codes() {
     let (mut dev, prog, r) = run_one(include_str!("../programs/fp8_convert.s"));
     r.expect("runs");

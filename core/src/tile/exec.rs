@@ -441,6 +441,13 @@ pub(crate) fn f32exp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     Ok(Flow::Next)
 }
 
+/// IEEE-754 square root, correctly rounded (`libm::sqrtf`: the same bits on every host).
+pub(crate) fn f32sqrt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = libm::sqrtf(cx.af(a[1]));
+    cx.set_af(a[0], v);
+    Ok(Flow::Next)
+}
+
 macro_rules! pairop {
     ($name:ident, $lanes:ident, $from:ident, |$x:ident, $y:ident| $e:expr) => {
         pub(crate) fn $name(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
