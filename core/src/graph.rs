@@ -61,6 +61,18 @@ pub enum OpKind {
         /// Source.
         input: TensorId,
     },
+    /// Layer normalisation over the last axis, f16 in and out, statistics in f32
+    /// (docs/kernels.md `layernorm_f16`): `y = ((x − μ)·(1/√(σ² + eps)))·gamma + beta`.
+    LayerNorm {
+        /// Source.
+        input: TensorId,
+        /// Scale per column (f16 `[D]`); 1 when absent.
+        gamma: Option<TensorId>,
+        /// Shift per column (f16 `[D]`); 0 when absent.
+        beta: Option<TensorId>,
+        /// Added to the variance.
+        eps: f32,
+    },
     /// `output = a + b` with NumPy broadcasting, f16 (each sum rounded once to f16).
     Add {
         /// Left operand.
@@ -77,6 +89,9 @@ impl OpKind {
             OpKind::MatMul { a, b, .. } | OpKind::Add { a, b } => alloc::vec![a, b],
             OpKind::Cast { input } | OpKind::Softmax { input } | OpKind::Gelu { input } => {
                 alloc::vec![input]
+            }
+            OpKind::LayerNorm { input, gamma, beta, .. } => {
+                core::iter::once(input).chain(gamma).chain(beta).collect()
             }
         }
     }

@@ -93,6 +93,9 @@ struct RawOp {
     alpha: Option<Spanned<f64>>,
     approximate: Option<Spanned<String>>,
     scale: Option<Spanned<i64>>,
+    gamma: Option<Spanned<String>>,
+    beta: Option<Spanned<String>>,
+    eps: Option<Spanned<f64>>,
 }
 
 struct Ctx<'a> {
@@ -278,6 +281,9 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("transpose_b", op.transpose_b.is_some()),
             ("alpha", op.alpha.is_some()),
             ("scale", op.scale.is_some()),
+            ("gamma", op.gamma.is_some()),
+            ("beta", op.beta.is_some()),
+            ("eps", op.eps.is_some()),
         ];
         let only = |allowed: &[&str]| -> Result<(), ModelError> {
             match present.iter().find(|(name, set)| *set && !allowed.contains(name)) {
@@ -424,6 +430,43 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Gelu { input }, output });
             }
+            "layernorm" => {
+                only(&["op", "input", "output", "dtype", "gamma", "beta", "eps"])?;
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let x = g.tensor(input);
+                if x.dtype != DType::F16 || to != DType::F16 {
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                        "{}: unsupported dtype combination: layernorm {} → {} (supported: f16 → f16, statistics in f32)",
+                        here("dtype"), x.dtype.name(), to.name()));
+                }
+                let d = *x.shape.last().unwrap_or(&0);
+                let affine =
+                    |f: &Option<Spanned<String>>, field: &str| -> Result<Option<TensorId>, ModelError> {
+                        let Some(s) = f else { return Ok(None) };
+                        let t = tensor(f, field, &g)?;
+                        let v = g.tensor(t);
+                        if v.dtype != DType::F16 || v.elements() != d || v.shape.last() != Some(&d) {
+                            return cx.err(
+                                s.span(),
+                                format!(
+                            "{}: `{}` must be f16 of shape [{d}] (the last axis of `{}`), not {} {:?}",
+                            here(field), v.name, x.name, v.dtype.name(), v.shape),
+                            );
+                        }
+                        Ok(Some(t))
+                    };
+                let (gamma, beta) = (affine(&op.gamma, "gamma")?, affine(&op.beta, "beta")?);
+                let eps = op.eps.as_ref().map(|e| *e.get_ref()).unwrap_or(1e-5);
+                if !(eps.is_finite() && eps >= 0.0) {
+                    let span = op.eps.as_ref().map(|s| s.span()).unwrap_or(sop.span());
+                    return cx.err(span, format!("{}: eps must be finite and ≥ 0", here("eps")));
+                }
+                let shape = x.shape.clone();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::LayerNorm { input, gamma, beta, eps: eps as f32 }, output });
+            }
             "add" => {
                 only(&["op", "a", "b", "output", "dtype"])?;
                 let (a, b) = (tensor(&op.a, "a", &g)?, tensor(&op.b, "b", &g)?);
@@ -465,12 +508,12 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Softmax { input }, output });
             }
-            other => {
-                return cx.err(
-                    op.op.span(),
-                    format!("op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu)"),
-                )
-            }
+            other => return cx.err(
+                op.op.span(),
+                format!(
+                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu, layernorm)"
+                ),
+            ),
         }
     }
     // Shapes are untrusted: a tensor larger than the whole chip's tile memory cannot be planned,

@@ -52,12 +52,18 @@ fn row_input(kind: &OpKind) -> TensorId {
         OpKind::MatMul { a, .. } => *a,
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
         OpKind::Add { a, .. } => *a,
-        OpKind::Gelu { input } => *input,
+        OpKind::Gelu { input } | OpKind::LayerNorm { input, .. } => *input,
     }
 }
 
 /// Plan a row chain.
 pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::LayerNorm { .. })) {
+        return unsupported(
+            i,
+            "layernorm is planned on its own rows (`rows.rs`), not inside a row chain".into(),
+        );
+    }
     if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. } | OpKind::Gelu { .. })) {
         return unsupported(
             i,
@@ -181,7 +187,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(next, "softmax must read a matmul result".into())
                 }
-                OpKind::Add { .. } | OpKind::Gelu { .. } => unreachable!("refused above"),
+                OpKind::Add { .. } | OpKind::Gelu { .. } | OpKind::LayerNorm { .. } => {
+                    unreachable!("refused above")
+                }
             }
         } else {
             Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
@@ -530,7 +538,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
-                    OpKind::Add { .. } | OpKind::Gelu { .. } => unreachable!("refused above"),
+                    OpKind::Add { .. } | OpKind::Gelu { .. } | OpKind::LayerNorm { .. } => {
+                        unreachable!("refused above")
+                    }
                     OpKind::Softmax { .. } => {
                         let (Layout::Out { .. }, Layout::Blocks { be, elt }) = (layout[&src], layout[&dst])
                         else {

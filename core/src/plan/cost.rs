@@ -27,6 +27,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         Kernel::BiasF16 => bias_issues(count as u64, 1),
         Kernel::CopyWords => copy_issues(&[count]),
+        Kernel::LayerNormF16 => layernorm_issues(1, count as u64 / 4, count as u64 % 4),
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
@@ -38,6 +39,14 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
             }
         }
     }
+}
+
+/// Worker issues of `layernorm_f16` for `rows` rows of `4·chunks + tail` values: setup 13 (shl,
+/// add, 8×ld32, 2×lda32, brz); per row 40 + 37 per 4-value chunk (6 sum, 10 variance, 21 apply)
+/// + 32 per tail value (6, 8, 18) + 3 when there are chunks; exit.
+pub fn layernorm_issues(rows: u64, chunks: u64, tail: u64) -> u64 {
+    let per_row = 40 + 37 * chunks + 32 * tail + if chunks > 0 { 3 } else { 0 };
+    14 + rows * per_row
 }
 
 /// Worker issues of `copy_words` for one worker's list of segments (words each): shl, add,

@@ -11,6 +11,7 @@ pub mod exchange;
 pub mod matmul;
 pub mod profile;
 pub mod redistribute;
+pub mod rows;
 pub mod scatter;
 pub mod search;
 pub mod stages;
@@ -96,6 +97,9 @@ pub enum Kernel {
     /// Word copies on the tile, for redistributions whose source and destination share a tile
     /// (descriptor per worker: list, segments; each list entry: src, dst, words).
     CopyWords,
+    /// Layer normalisation of f16 rows, statistics in f32 (descriptor: 64 bytes per worker,
+    /// `rows.rs`; docs/kernels.md `layernorm_f16`).
+    LayerNormF16,
 }
 
 /// One step of a tile's `run` call.
@@ -261,6 +265,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Softmax { .. } => "softmax",
         OpKind::Add { .. } => "add",
         OpKind::Gelu { .. } => "gelu",
+        OpKind::LayerNorm { .. } => "layernorm",
     };
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
@@ -273,9 +278,10 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let cut = stages::partition(graph);
+    let own_rows = cut.len() == 1 && stages::row_op(graph, cut[0][0]);
     let mut plan = match single(graph, opts) {
         Ok(p) => p,
-        Err(_) if cut.len() > 1 => stages::plan(graph, opts, &cut)?,
+        Err(_) if cut.len() > 1 || own_rows => stages::plan(graph, opts, &cut)?,
         Err(e) => return Err(e),
     };
     if opts.profile {
@@ -452,7 +458,11 @@ fn plan_matmul(
 ) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
-        OpKind::Cast { .. } | OpKind::Softmax { .. } | OpKind::Add { .. } | OpKind::Gelu { .. } => {
+        OpKind::Cast { .. }
+        | OpKind::Softmax { .. }
+        | OpKind::Add { .. }
+        | OpKind::Gelu { .. }
+        | OpKind::LayerNorm { .. } => {
             unreachable!("checked above")
         }
         OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {

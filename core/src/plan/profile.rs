@@ -98,6 +98,7 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::ScaleF16 => "scale_f16",
         Kernel::CvtF32ToF16 => "cvt_f32_f16",
         Kernel::CopyWords => "copy_words",
+        Kernel::LayerNormF16 => "layernorm_f16",
         Kernel::BiasF16 => "bias_f16",
         Kernel::GeluF16 => "gelu_f16",
         Kernel::CastF32ToF16 => "cast_f32_f16",

@@ -1,6 +1,7 @@
 //! Graphs of several mappings (docs/graph-planner.md, step 1 and the re-block redistribution):
 //! the graph is cut into *stages*, each planned by one existing mapping — a matmul grid with its
-//! fused epilogue (bias, residual, GeLU), or a row chain (casts, softmax, batched matmuls) — and a
+//! fused epilogue (bias, residual, GeLU), a row op on its own rows (layernorm, `rows.rs`), or a
+//! row chain (casts, softmax, batched matmuls) — and a
 //! tensor made by one stage and read by a later one is moved by a redistribution superstep from
 //! the producer's output slices to the consumer's input slices. Sources (inputs, params) are bound
 //! by the host where they are first read and redistributed from there to later readers.
@@ -27,6 +28,11 @@ pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
         && (alpha.is_none() || accumulate == DType::F16))
 }
 
+/// An op planned on its own rows (`rows.rs`).
+pub(super) fn row_op(g: &Graph, op: usize) -> bool {
+    matches!(g.ops[op].kind, OpKind::LayerNorm { .. })
+}
+
 /// Cut the ops into stages in order: each grid matmul with the epilogue ops that follow it and can
 /// be fused (their intermediate results read by nothing else), and the runs of other ops between
 /// them as row chains.
@@ -35,6 +41,14 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
     let mut chain: Vec<usize> = Vec::new();
     let mut i = 0;
     while i < g.ops.len() {
+        if row_op(g, i) {
+            if !chain.is_empty() {
+                stages.push(core::mem::take(&mut chain));
+            }
+            stages.push(vec![i]);
+            i += 1;
+            continue;
+        }
         if !grid_matmul(g, i) {
             chain.push(i);
             i += 1;
@@ -134,7 +148,9 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             other => other,
         };
         let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
-        let mut p = if grid_matmul(g, ops[0]) {
+        let mut p = if row_op(g, ops[0]) {
+            super::rows::layernorm(&sub, 0, opts.tiles)
+        } else if grid_matmul(g, ops[0]) {
             super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub))
         } else {
             chain::plan(&sub, stage_opts)

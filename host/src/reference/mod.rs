@@ -12,6 +12,7 @@ use ipu_core::plan::matmul::{fan_in, reduction_rounds, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
 
+mod layernorm;
 mod matmul;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
 use std::collections::BTreeMap;
@@ -292,6 +293,22 @@ pub fn evaluate(
                     })
                     .collect();
                 (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
+            }
+            OpKind::LayerNorm { input, gamma, beta, eps } => {
+                let (x, _) = get(*input)?;
+                let d = *x.shape.last().unwrap_or(&1) as usize;
+                let g_dev = gamma.map(get).transpose()?.map(|(t, _)| t.data.as_slice());
+                let b_dev = beta.map(get).transpose()?.map(|(t, _)| t.data.as_slice());
+                let data = layernorm::device(&x.data, d, g_dev, b_dev, *eps);
+                let name = |t: ipu_core::graph::TensorId| g.tensor(t).name.clone();
+                let affine = |t: Option<ipu_core::graph::TensorId>| layernorm::Affine {
+                    exact: t.map(|t| exact[&name(t)].as_slice()),
+                    bound: t.map(|t| bound[&name(t)].as_slice()),
+                };
+                let n = name(*input);
+                let (ex, bd) =
+                    layernorm::exact(&exact[&n], &bound[&n], d, affine(*gamma), affine(*beta), *eps);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;

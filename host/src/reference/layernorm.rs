@@ -1,0 +1,106 @@
+//! Layer normalisation: the device-precision rule of `layernorm_f16` (docs/kernels.md) and the
+//! f64 value with a per-element error bound (docs/reliability.md "The verdict").
+
+use half::f16;
+use rayon::prelude::*;
+
+/// One row as `layernorm_f16` computes it: f32 sums in two lanes (the even and odd values of each
+/// 4-value chunk; tail values in lane 0), `μ = (s0 + s1)·(1/D)`, deviations as `x + (0 − μ)`,
+/// `r = 1 / √(var + eps)`, `y = f16(((x + (−μ))·r)·γ + β)`: the same operations in the same order.
+fn row_device(x: &[f32], g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let d = x.len();
+    let inv_d = 1.0f32 / d as f32;
+    let full = d / 4 * 4;
+    let lanes = |f: &dyn Fn(f32) -> f32| {
+        let mut s = [0f32; 2];
+        for (i, v) in x[..full].iter().enumerate() {
+            s[i % 2] += f(*v);
+        }
+        for v in &x[full..] {
+            s[0] += f(*v);
+        }
+        s[0] + s[1]
+    };
+    let mean = lanes(&|v| v) * inv_d;
+    let neg = 0.0f32 - mean;
+    let var = lanes(&|v| {
+        let t = v + neg;
+        t * t
+    }) * inv_d;
+    let r = 1.0f32 / libm::sqrtf(var + eps);
+    for i in 0..d {
+        out[i] = f16::from_f32(((x[i] + neg) * r) * g[i] + b[i]).to_f32();
+    }
+}
+
+/// Device-precision layer normalisation of every row (last axis `d`); `gamma`/`beta` default to
+/// 1 and 0 as the planner's constant buffers do.
+pub fn device(x: &[f32], d: usize, gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32) -> Vec<f32> {
+    let (ones, zeros) = (vec![1f32; d], vec![0f32; d]);
+    let (g, b) = (gamma.unwrap_or(&ones), beta.unwrap_or(&zeros));
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, row)| row_device(row, g, b, eps, o));
+    out
+}
+
+/// Exact values and bounds of an affine parameter (absent: exact 1 or 0).
+pub struct Affine<'a> {
+    /// f64 values.
+    pub exact: Option<&'a [f64]>,
+    /// Their bounds.
+    pub bound: Option<&'a [f64]>,
+}
+
+/// f64 layer normalisation of the exact inputs, and per element a bound on |device − f64|:
+/// the inputs' own bounds carried through the normalisation (first order, doubled, while the
+/// largest input bound is under a quarter of the row's σ; otherwise the global bound
+/// |z| ≤ √D), the f32 arithmetic of the statistics (γ over 2D + 16 roundings, scaled by
+/// mean|x|/σ for the cancellation in `x − μ`), the affine step and the final f16 rounding.
+pub fn exact(
+    ex: &[f64],
+    bd: &[f64],
+    d: usize,
+    gamma: Affine<'_>,
+    beta: Affine<'_>,
+    eps: f32,
+) -> (Vec<f64>, Vec<f64>) {
+    let u32r = super::unit_roundoff(ipu_schema::DType::F32);
+    let (u16r, sub16) =
+        (super::unit_roundoff(ipu_schema::DType::F16), super::underflow_error(ipu_schema::DType::F16));
+    let gam = super::gamma(2 * d as u64 + 16, u32r);
+    let mut out_e = vec![0f64; ex.len()];
+    let mut out_b = vec![0f64; ex.len()];
+    out_e
+        .par_chunks_mut(d)
+        .zip(out_b.par_chunks_mut(d))
+        .zip(ex.par_chunks(d).zip(bd.par_chunks(d)))
+        .for_each(|((oe, ob), (x, e))| {
+            let n = d as f64;
+            let mu = x.iter().sum::<f64>() / n;
+            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
+            let sigma = (var + eps as f64).sqrt();
+            let e_max = e.iter().copied().fold(0f64, f64::max);
+            let e_mean = e.iter().sum::<f64>() / n;
+            let a = x.iter().map(|v| v.abs()).sum::<f64>() / n;
+            for i in 0..d {
+                let z = (x[i] - mu) / sigma;
+                let dz = if e_max <= sigma / 4.0 {
+                    2.0 * ((e[i] + e_mean) / sigma + z.abs() * 2.0 * e_max / sigma)
+                } else {
+                    2.0 * n.sqrt() + 1.0
+                };
+                let fz = gam * ((a / sigma) * (2.0 + 2.0 * z.abs()) + 2.0 * z.abs() + 2.0);
+                let dz = dz + fz;
+                let (g, gb) = (gamma.exact.map_or(1.0, |v| v[i]), gamma.bound.map_or(0.0, |v| v[i]));
+                let (b, bb) = (beta.exact.map_or(0.0, |v| v[i]), beta.bound.map_or(0.0, |v| v[i]));
+                let y = z * g + b;
+                let carried = g.abs() * dz
+                    + (z.abs() + dz) * gb
+                    + bb
+                    + 4.0 * u32r * ((z.abs() + dz) * (g.abs() + gb) + b.abs());
+                oe[i] = y;
+                ob[i] = carried + u16r * (y.abs() + carried) + sub16;
+            }
+        });
+    (out_e, out_b)
+}
