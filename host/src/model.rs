@@ -508,12 +508,14 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Softmax { input }, output });
             }
-            other => return cx.err(
-                op.op.span(),
-                format!(
+            other => {
+                return cx.err(
+                    op.op.span(),
+                    format!(
                     "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu, layernorm)"
                 ),
-            ),
+                )
+            }
         }
     }
     // Shapes are untrusted: a tensor larger than the whole chip's tile memory cannot be planned,

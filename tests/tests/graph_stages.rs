@@ -58,6 +58,26 @@ fn mlp_block_runs_bit_exact_on_odd_shapes_and_tile_counts() {
 }
 
 #[test]
+fn pre_layernorm_mlp_block_runs_bit_exact() {
+    // Y = X + W2·gelu(W1·LN(X) + b1) + b2: LN on its own rows, two matmul stages, X redistributed
+    // to the LN and to the last stage's residual.
+    let src = mlp_block(37, 48, 96, "f16")
+        .replace("[inputs.b2]", "[inputs.g]\ndtype = \"f16\"\nshape = [48]\n[inputs.be]\ndtype = \"f16\"\nshape = [48]\n[inputs.b2]")
+        .replacen("a = \"X\"", "a = \"N\"", 1)
+        .replacen(
+            "[[ops]]",
+            "[[ops]]\nop = \"layernorm\"\ninput = \"X\"\ngamma = \"g\"\nbeta = \"be\"\neps = 1e-6\noutput = \"N\"\ndtype = \"f16\"\n[[ops]]",
+            1,
+        );
+    for tiles in [1, 64, 1472] {
+        let (out, pkg) = common::build_and_run(&src, tiles, None, 4, 1);
+        assert!(out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+        let (sim, pred) = (out.cycles[0], pkg.plan.predicted_cycles);
+        assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
+    }
+}
+
+#[test]
 fn f16_results_of_f32_accumulation_feed_the_next_matmul() {
     // Refused before stages ("planned for a single rank-2 matmul"); now each matmul is a stage.
     let src = [
