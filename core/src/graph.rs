@@ -73,6 +73,18 @@ pub enum OpKind {
         /// Added to the variance.
         eps: f32,
     },
+    /// The same values in row-major order with the output's shape (no data movement).
+    Reshape {
+        /// Source.
+        input: TensorId,
+    },
+    /// `output[i_perm[0], …] = input[i_0, …]`: axis `k` of the output is axis `perm[k]` of the input.
+    Transpose {
+        /// Source.
+        input: TensorId,
+        /// Permutation of the input's axes.
+        perm: Vec<usize>,
+    },
     /// `output = a + b` with NumPy broadcasting, f16 (each sum rounded once to f16).
     Add {
         /// Left operand.
@@ -87,9 +99,11 @@ impl OpKind {
     pub fn operands(&self) -> Vec<TensorId> {
         match *self {
             OpKind::MatMul { a, b, .. } | OpKind::Add { a, b } => alloc::vec![a, b],
-            OpKind::Cast { input } | OpKind::Softmax { input } | OpKind::Gelu { input } => {
-                alloc::vec![input]
-            }
+            OpKind::Cast { input }
+            | OpKind::Softmax { input }
+            | OpKind::Gelu { input }
+            | OpKind::Reshape { input }
+            | OpKind::Transpose { input, .. } => alloc::vec![input],
             OpKind::LayerNorm { input, gamma, beta, .. } => {
                 core::iter::once(input).chain(gamma).chain(beta).collect()
             }

@@ -96,6 +96,8 @@ struct RawOp {
     gamma: Option<Spanned<String>>,
     beta: Option<Spanned<String>>,
     eps: Option<Spanned<f64>>,
+    shape: Option<Spanned<Vec<i64>>>,
+    perm: Option<Spanned<Vec<i64>>>,
 }
 
 struct Ctx<'a> {
@@ -284,6 +286,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("gamma", op.gamma.is_some()),
             ("beta", op.beta.is_some()),
             ("eps", op.eps.is_some()),
+            ("shape", op.shape.is_some()),
+            ("perm", op.perm.is_some()),
         ];
         let only = |allowed: &[&str]| -> Result<(), ModelError> {
             match present.iter().find(|(name, set)| *set && !allowed.contains(name)) {
@@ -467,6 +471,46 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::LayerNorm { input, gamma, beta, eps: eps as f32 }, output });
             }
+            "reshape" | "transpose" => {
+                let field = if kind == "reshape" { "shape" } else { "perm" };
+                only(&["op", "input", "output", "dtype", field])?;
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let x = g.tensor(input).clone();
+                if to != x.dtype {
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                        "{}: a {kind} keeps the dtype: `{}` is {}", here("dtype"), x.name, x.dtype.name()));
+                }
+                let spanned = if kind == "reshape" { &op.shape } else { &op.perm };
+                let Some(list) = spanned else {
+                    return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`"));
+                };
+                let v = list.get_ref();
+                let (shape, kind_op) = if kind == "reshape" {
+                    let shape: Vec<u64> = v.iter().map(|d| (*d).max(0) as u64).collect();
+                    let product = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
+                    if v.iter().any(|d| *d <= 0) || product != Some(x.elements()) {
+                        return cx.err(list.span(), format!(
+                            "{}: {v:?} is not a shape of positive sizes with {} elements like `{}` {:?}",
+                            here(field), x.elements(), x.name, x.shape));
+                    }
+                    (shape, OpKind::Reshape { input })
+                } else {
+                    let r = x.shape.len();
+                    let mut seen = vec![false; r];
+                    let ok = v.len() == r
+                        && v.iter().all(|&a| (0..r as i64).contains(&a) && !std::mem::replace(&mut seen[a as usize], true));
+                    if !ok {
+                        return cx.err(list.span(), format!(
+                            "{}: {v:?} is not a permutation of the {r} axes of `{}`", here(field), x.name));
+                    }
+                    let perm: Vec<usize> = v.iter().map(|&a| a as usize).collect();
+                    (perm.iter().map(|&a| x.shape[a]).collect(), OpKind::Transpose { input, perm })
+                };
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: x.scale });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: kind_op, output });
+            }
             "add" => {
                 only(&["op", "a", "b", "output", "dtype"])?;
                 let (a, b) = (tensor(&op.a, "a", &g)?, tensor(&op.b, "b", &g)?);
@@ -512,7 +556,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 return cx.err(
                     op.op.span(),
                     format!(
-                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu, layernorm)"
+                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu, layernorm, reshape, transpose)"
                 ),
                 )
             }

@@ -68,6 +68,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
         CopyWords => "k_copy_words",
+        TransposeF16 => "k_transpose_f16",
         LayerNormF16 => "k_layernorm_f16",
     }
 }
@@ -91,6 +92,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
         CopyWords => (COPY_WORDS, ""),
+        TransposeF16 => (TRANSPOSE_F16, ""),
         LayerNormF16 => (LAYERNORM_F16, ""),
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
@@ -118,6 +120,41 @@ const COPY_WORDS: &str = "
     { ld32pi $m7, $m3, 4 ; fnop }
     { st32pi $m7, $m4, 4 ; fnop }
     brnzdec $m9, {NAME}_segment
+{NAME}_done:
+    exit
+";
+
+/// Last-two-axes transpose (`cost::transpose_issues`): descriptor (32 B per worker) x column
+/// pointer, y row pointer, output rows, R (values per output row), x row stride, y row stride.
+/// Output row c takes value c of each of the R input rows, one half at a time (an element is 2
+/// bytes: no word move can do this).
+const TRANSPOSE_F16: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 5
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m4, $m6, $m15, 4
+    ld32 $m2, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    ld32 $m5, $m6, $m15, 16
+    ld32 $m8, $m6, $m15, 20
+    brz $m2, {NAME}_done
+{NAME}_row:
+    or $m9, $m3, $m15
+    or $m10, $m4, $m15
+    or $m11, $m7, $m15
+    add $m11, $m11, -1
+{NAME}_el:
+    ldh16 $a0, $m9, $m15, 0
+    sth16 $a0, $m10, $m15, 0
+    add $m9, $m9, $m5
+    add $m10, $m10, 2
+    brnzdec $m11, {NAME}_el
+    add $m3, $m3, 2
+    add $m4, $m4, $m8
+    add $m2, $m2, -1
+    brnz $m2, {NAME}_row
 {NAME}_done:
     exit
 ";

@@ -52,7 +52,10 @@ fn row_input(kind: &OpKind) -> TensorId {
         OpKind::MatMul { a, .. } => *a,
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
         OpKind::Add { a, .. } => *a,
-        OpKind::Gelu { input } | OpKind::LayerNorm { input, .. } => *input,
+        OpKind::Gelu { input }
+        | OpKind::LayerNorm { input, .. }
+        | OpKind::Reshape { input }
+        | OpKind::Transpose { input, .. } => *input,
     }
 }
 
@@ -63,6 +66,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             i,
             "layernorm is planned on its own rows (`rows.rs`), not inside a row chain".into(),
         );
+    }
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Reshape { .. } | OpKind::Transpose { .. })) {
+        return unsupported(i, "reshape and transpose are planned between stages (views and transposes), not inside a row chain".into());
     }
     if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. } | OpKind::Gelu { .. })) {
         return unsupported(
@@ -187,9 +193,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(next, "softmax must read a matmul result".into())
                 }
-                OpKind::Add { .. } | OpKind::Gelu { .. } | OpKind::LayerNorm { .. } => {
-                    unreachable!("refused above")
-                }
+                OpKind::Add { .. }
+                | OpKind::Gelu { .. }
+                | OpKind::LayerNorm { .. }
+                | OpKind::Reshape { .. }
+                | OpKind::Transpose { .. } => unreachable!("refused above"),
             }
         } else {
             Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
@@ -538,7 +546,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
-                    OpKind::Add { .. } | OpKind::Gelu { .. } | OpKind::LayerNorm { .. } => {
+                    OpKind::Add { .. }
+                    | OpKind::Gelu { .. }
+                    | OpKind::LayerNorm { .. }
+                    | OpKind::Reshape { .. }
+                    | OpKind::Transpose { .. } => {
                         unreachable!("refused above")
                     }
                     OpKind::Softmax { .. } => {

@@ -27,6 +27,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         Kernel::BiasF16 => bias_issues(count as u64, 1),
         Kernel::CopyWords => copy_issues(&[count]),
+        Kernel::TransposeF16 => transpose_issues(1, count as u64),
         Kernel::LayerNormF16 => layernorm_issues(1, count as u64 / 4, count as u64 % 4),
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
@@ -47,6 +48,13 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
 pub fn layernorm_issues(rows: u64, chunks: u64, tail: u64) -> u64 {
     let per_row = 40 + 37 * chunks + 32 * tail + if chunks > 0 { 3 } else { 0 };
     14 + rows * per_row
+}
+
+/// Worker issues of `transpose_f16` for `rows` output rows of `r` values: setup 9 (shl, add,
+/// 6×ld32, brz); per row 3×or, add, 5 per value (ldh16, sth16, 2×add, brnzdec), then add, add,
+/// add, brnz; exit.
+pub fn transpose_issues(rows: u64, r: u64) -> u64 {
+    10 + rows * (8 + 5 * r)
 }
 
 /// Worker issues of `copy_words` for one worker's list of segments (words each): shl, add,

@@ -15,6 +15,7 @@ pub mod rows;
 pub mod scatter;
 pub mod search;
 pub mod stages;
+pub mod transpose;
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -97,6 +98,9 @@ pub enum Kernel {
     /// Word copies on the tile, for redistributions whose source and destination share a tile
     /// (descriptor per worker: list, segments; each list entry: src, dst, words).
     CopyWords,
+    /// Output rows of a last-two-axes transpose from 2-byte column reads (descriptor: 32 bytes per
+    /// worker: x column, y row, rows, R, x stride, y stride; `transpose.rs`).
+    TransposeF16,
     /// Layer normalisation of f16 rows, statistics in f32 (descriptor: 64 bytes per worker,
     /// `rows.rs`; docs/kernels.md `layernorm_f16`).
     LayerNormF16,
@@ -266,6 +270,8 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Add { .. } => "add",
         OpKind::Gelu { .. } => "gelu",
         OpKind::LayerNorm { .. } => "layernorm",
+        OpKind::Reshape { .. } => "reshape",
+        OpKind::Transpose { .. } => "transpose",
     };
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
@@ -278,7 +284,8 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let cut = stages::partition(graph);
-    let own_rows = cut.len() == 1 && stages::row_op(graph, cut[0][0]);
+    let own_rows = (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
+        || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
     let mut plan = match single(graph, opts) {
         Ok(p) => p,
         Err(_) if cut.len() > 1 || own_rows => stages::plan(graph, opts, &cut)?,
@@ -462,7 +469,9 @@ fn plan_matmul(
         | OpKind::Softmax { .. }
         | OpKind::Add { .. }
         | OpKind::Gelu { .. }
-        | OpKind::LayerNorm { .. } => {
+        | OpKind::LayerNorm { .. }
+        | OpKind::Reshape { .. }
+        | OpKind::Transpose { .. } => {
             unreachable!("checked above")
         }
         OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {

@@ -98,6 +98,7 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::ScaleF16 => "scale_f16",
         Kernel::CvtF32ToF16 => "cvt_f32_f16",
         Kernel::CopyWords => "copy_words",
+        Kernel::TransposeF16 => "transpose_f16",
         Kernel::LayerNormF16 => "layernorm_f16",
         Kernel::BiasF16 => "bias_f16",
         Kernel::GeluF16 => "gelu_f16",

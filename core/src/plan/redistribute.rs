@@ -67,9 +67,62 @@ fn rows(slices: &[SliceRef]) -> Vec<Row<'_>> {
     v
 }
 
-/// The word moves that give every destination byte its value from the source distribution.
-/// Where the source holds bytes more than once (a replicated input), the first slice wins.
-pub fn moves(name: &str, src: &[SliceRef], dst: &[SliceRef]) -> Result<Vec<Move>, String> {
+/// How a tensor's bytes come from another tensor's without computing: reshapes (the same bytes)
+/// and transposes that keep the last axis (runs of the last axis move whole). Empty: identity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    /// Transposes from the held tensor towards the read one: input shape and permutation.
+    pub steps: Vec<(Vec<u64>, Vec<usize>)>,
+    /// Bytes per element.
+    pub elt: u64,
+}
+
+impl View {
+    /// Bytes that stay contiguous through every step (a multiple of the element size).
+    fn run(&self) -> u64 {
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        self.steps.iter().fold(u64::MAX, |r, (shape, _)| {
+            let last = shape.last().copied().unwrap_or(1) * self.elt;
+            if r == u64::MAX {
+                last
+            } else {
+                gcd(r, last)
+            }
+        })
+    }
+    /// Byte offset in the held tensor of byte offset `x` (the start of a run) of the read tensor.
+    fn map(&self, x: u64) -> u64 {
+        if self.steps.is_empty() {
+            return x;
+        }
+        let mut e = x / self.elt;
+        for (shape, perm) in self.steps.iter().rev() {
+            let r = shape.len();
+            let mut stride = alloc::vec![1u64; r];
+            for d in (0..r.saturating_sub(1)).rev() {
+                stride[d] = stride[d + 1] * shape[d + 1];
+            }
+            let (mut rest, mut src) = (e, 0);
+            for k in (0..r).rev() {
+                let n = shape[perm[k]];
+                src += (rest % n) * stride[perm[k]];
+                rest /= n;
+            }
+            e = src;
+        }
+        e * self.elt + x % self.elt
+    }
+}
+
+/// The word moves that give every destination byte its value from the source distribution,
+/// reading the destination tensor through `view` of the source's. Where the source holds bytes
+/// more than once (a replicated input), the first slice wins.
+pub fn moves(name: &str, src: &[SliceRef], dst: &[SliceRef], view: &View) -> Result<Vec<Move>, String> {
     let mut s = rows(src);
     s.sort_by_key(|r| (r.t0, r.t1));
     // Disjoint source intervals in tensor order (the first copy of each byte).
@@ -86,41 +139,50 @@ pub fn moves(name: &str, src: &[SliceRef], dst: &[SliceRef]) -> Result<Vec<Move>
         covered = r.t1;
         srows.push(r);
     }
+    let run = view.run();
     let mut out = Vec::new();
     for d in rows(dst) {
-        let mut x0 = d.t0;
-        let mut i = srows.partition_point(|r| r.t1 <= d.t0);
-        while x0 < d.t1 {
-            let Some(r) = srows.get(i).filter(|r| r.t0 <= x0) else {
-                return Err(format!(
-                    "tensor `{name}`: bytes {x0}.. needed on tile {} are not held by its producer",
-                    d.tile
-                ));
-            };
-            let x1 = d.t1.min(r.t1);
-            let sa = r.addr + (x0 - r.t0) as u32;
-            let da = d.addr + (x0 - d.t0) as u32;
-            let whole = (x1 - x0).is_multiple_of(4);
-            let padded_end = x1 == d.t1 && x1 == r.t1 && d.room && r.room;
-            if !sa.is_multiple_of(4) || !da.is_multiple_of(4) || !(whole || padded_end) {
-                return Err(format!(
-                    "tensor `{name}`: bytes {x0}..{x1} sit at offset {sa} of `{}` on tile {} and must go to offset \
-                     {da} of `{}` on tile {}; the exchange moves whole aligned words (an odd number of f16 \
-                     values per row block?)",
-                    r.buf, r.tile, d.buf, d.tile
-                ));
+        // Pieces of the destination row that are contiguous in the source.
+        let mut p0 = d.t0;
+        while p0 < d.t1 {
+            let p1 = if run == u64::MAX { d.t1 } else { d.t1.min((p0 / run + 1) * run) };
+            let q = view.map(p0);
+            let mut x0 = q;
+            let q1 = q + (p1 - p0);
+            let mut i = srows.partition_point(|r| r.t1 <= x0);
+            while x0 < q1 {
+                let Some(r) = srows.get(i).filter(|r| r.t0 <= x0) else {
+                    return Err(format!(
+                        "tensor `{name}`: bytes {x0}.. needed on tile {} are not held by its producer",
+                        d.tile
+                    ));
+                };
+                let x1 = q1.min(r.t1);
+                let sa = r.addr + (x0 - r.t0) as u32;
+                let da = d.addr + (p0 + (x0 - q) - d.t0) as u32;
+                let whole = (x1 - x0).is_multiple_of(4);
+                let padded_end = x1 == q1 && p1 == d.t1 && x1 == r.t1 && d.room && r.room;
+                if !sa.is_multiple_of(4) || !da.is_multiple_of(4) || !(whole || padded_end) {
+                    return Err(format!(
+                        "tensor `{name}`: bytes {x0}..{x1} sit at offset {sa} of `{}` on tile {} and must go to \
+                         offset {da} of `{}` on tile {}; the exchange moves whole aligned words (an odd number \
+                         of f16 values per row block or per head?)",
+                        r.buf, r.tile, d.buf, d.tile
+                    ));
+                }
+                out.push(Move {
+                    from: r.tile,
+                    src: r.buf.into(),
+                    src_off: sa,
+                    to: d.tile,
+                    dst: d.buf.into(),
+                    dst_off: da,
+                    words: (x1 - x0).div_ceil(4) as u32,
+                });
+                x0 = x1;
+                i += 1;
             }
-            out.push(Move {
-                from: r.tile,
-                src: r.buf.into(),
-                src_off: sa,
-                to: d.tile,
-                dst: d.buf.into(),
-                dst_off: da,
-                words: (x1 - x0).div_ceil(4) as u32,
-            });
-            x0 = x1;
-            i += 1;
+            p0 = p1;
         }
     }
     Ok(out)
@@ -333,7 +395,7 @@ mod tests {
         // the consumer wants columns 0-3 of all rows on tile 2 and columns 4-7 on tile 0.
         let src = [slice(0, "C", 0, 0, 2, 16, 16, 16), slice(1, "C", 64, 32, 2, 16, 16, 16)];
         let dst = [slice(2, "A", 0, 0, 4, 8, 16, 32), slice(0, "A", 0, 8, 4, 8, 16, 32)];
-        let m = moves("T", &src, &dst).unwrap();
+        let m = moves("T", &src, &dst, &View::default()).unwrap();
         let words: u32 = m.iter().map(|m| m.words).sum();
         assert_eq!(words, 4 * 4, "every byte once: 4 rows × 16 bytes");
         assert!(m.contains(&Move {
@@ -356,7 +418,7 @@ mod tests {
     fn a_replicated_source_is_read_once() {
         let src = [slice(0, "A", 0, 0, 1, 32, 32, 32), slice(1, "A", 0, 0, 1, 32, 32, 32)];
         let dst = [slice(2, "B", 0, 0, 1, 32, 32, 32), slice(3, "B", 0, 0, 1, 32, 32, 32)];
-        let m = moves("T", &src, &dst).unwrap();
+        let m = moves("T", &src, &dst, &View::default()).unwrap();
         assert!(m.iter().all(|m| m.from == 0), "{m:?}");
         // One send to both receivers.
         let s = superstep(&m, "t").unwrap();
@@ -368,14 +430,14 @@ mod tests {
         // 5 f16 values per row (10 B), rows 32 B apart on both sides: the last word carries padding.
         let src = [slice(0, "C", 0, 0, 3, 10, 10, 32)];
         let dst = [slice(1, "A", 0, 0, 3, 10, 10, 32)];
-        let m = moves("T", &src, &dst).unwrap();
+        let m = moves("T", &src, &dst, &View::default()).unwrap();
         assert!(m.iter().all(|m| m.words == 3), "{m:?}");
         // Packed rows (no room): the rounded word would overwrite the next row.
         let packed = [slice(1, "A", 0, 0, 3, 10, 10, 10)];
-        assert!(moves("T", &src, &packed).unwrap_err().contains("whole aligned words"));
+        assert!(moves("T", &src, &packed, &View::default()).unwrap_err().contains("whole aligned words"));
         // A destination that starts mid-word.
         let dst = [slice(1, "A", 2, 0, 1, 8, 10, 32)];
-        let e = moves("T", &src, &dst).unwrap_err();
+        let e = moves("T", &src, &dst, &View::default()).unwrap_err();
         assert!(e.contains("tensor `T`") && e.contains("tile 1"), "{e}");
     }
 
@@ -383,7 +445,23 @@ mod tests {
     fn bytes_the_producer_does_not_hold_are_an_error() {
         let src = [slice(0, "C", 0, 0, 1, 16, 16, 16)];
         let dst = [slice(1, "A", 0, 0, 2, 16, 16, 16)];
-        let e = moves("T", &src, &dst).unwrap_err();
+        let e = moves("T", &src, &dst, &View::default()).unwrap_err();
         assert!(e.contains("bytes 16.. needed on tile 1 are not held"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+
+    #[test]
+    fn a_head_split_view_maps_runs_of_the_last_axis() {
+        // [T=3, H=2, dh=4] f16 transposed to [H, T, dh]: element (h, t, j) comes from (t, h, j).
+        let v = View { steps: alloc::vec![(alloc::vec![3, 2, 4], alloc::vec![1, 0, 2])], elt: 2 };
+        assert_eq!(v.run(), 8);
+        // Output (h=1, t=0, j=0) is element 12 → input (t=0, h=1) = element 4.
+        assert_eq!(v.map(12 * 2), 4 * 2);
+        // Output (h=0, t=2, j=0) is element 8 → input (t=2, h=0) = element 16.
+        assert_eq!(v.map(8 * 2), 16 * 2);
     }
 }

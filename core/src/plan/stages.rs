@@ -16,8 +16,8 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use super::exchange::Event;
-use super::redistribute::{self, Move};
-use super::{chain, cost, fused_epilogue, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word};
+use super::redistribute::{self, Move, View};
+use super::{chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word};
 use crate::graph::{Graph, OpKind, TensorId};
 
 /// A rank-2 f16 matmul the grid planner takes (alpha only with f16 partials).
@@ -30,7 +30,35 @@ pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
 
 /// An op planned on its own rows (`rows.rs`).
 pub(super) fn row_op(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::LayerNorm { .. })
+    matches!(g.ops[op].kind, OpKind::LayerNorm { .. }) || super::transpose::swaps_last_two(g, op)
+}
+
+/// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
+/// bytes that are already somewhere (`redistribute::View`).
+pub(super) fn view_op(g: &Graph, op: usize) -> bool {
+    match &g.ops[op].kind {
+        OpKind::Reshape { .. } => true,
+        OpKind::Transpose { perm, .. } => perm.last() == Some(&(perm.len() - 1)),
+        _ => false,
+    }
+}
+
+/// For every tensor a view op makes: the tensor whose bytes it reads and how.
+fn views(g: &Graph) -> BTreeMap<TensorId, (TensorId, View)> {
+    let mut v: BTreeMap<TensorId, (TensorId, View)> = BTreeMap::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        if !view_op(g, i) {
+            continue;
+        }
+        let input = op.kind.operands()[0];
+        let elt = g.tensor(input).dtype.size() as u64;
+        let (base, mut view) = v.get(&input).cloned().unwrap_or((input, View { steps: Vec::new(), elt }));
+        if let OpKind::Transpose { perm, .. } = &op.kind {
+            view.steps.push((g.tensor(input).shape.clone(), perm.clone()));
+        }
+        v.insert(op.output, (base, view));
+    }
+    v
 }
 
 /// Cut the ops into stages in order: each grid matmul with the epilogue ops that follow it and can
@@ -41,6 +69,10 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
     let mut chain: Vec<usize> = Vec::new();
     let mut i = 0;
     while i < g.ops.len() {
+        if view_op(g, i) {
+            i += 1;
+            continue;
+        }
         if row_op(g, i) {
             if !chain.is_empty() {
                 stages.push(core::mem::take(&mut chain));
@@ -141,6 +173,8 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
     };
     // Where each tensor is held once made or bound: its slices (buffer names already tagged).
     let mut held: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
+    let views = views(g);
+    let base_of = |t: TensorId| views.get(&t).map_or(t, |v| v.0);
     for (k, ops) in stages.iter().enumerate() {
         let sub = subgraph(g, ops, false);
         let global = |e: PlanError| match e {
@@ -148,7 +182,9 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             other => other,
         };
         let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
-        let mut p = if row_op(g, ops[0]) {
+        let mut p = if super::transpose::swaps_last_two(g, ops[0]) {
+            super::transpose::plan(&sub, 0, opts.tiles)
+        } else if row_op(g, ops[0]) {
             super::rows::layernorm(&sub, 0, opts.tiles)
         } else if grid_matmul(g, ops[0]) {
             super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub))
@@ -167,7 +203,7 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
                     merged.bindings.push(b.clone());
                 }
                 held.insert(b.tensor, b.slices);
-            } else if let Some(from) = held.get(&b.tensor) {
+            } else if let Some(from) = held.get(&base_of(b.tensor)) {
                 if b.transpose {
                     let reader = ops.iter().copied().find(|&i| g.ops[i].kind.operands().contains(&b.tensor));
                     return Err(PlanError::Unsupported(
@@ -178,11 +214,17 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
                         ),
                     ));
                 }
+                let view = views.get(&b.tensor).map(|v| v.1.clone()).unwrap_or_default();
                 moves.extend(
-                    redistribute::moves(name, from, &b.slices)
+                    redistribute::moves(name, from, &b.slices, &view)
                         .map_err(|e| PlanError::Unsupported(ops[0], e))?,
                 );
                 moved.push(name.clone());
+            } else if views.contains_key(&b.tensor) {
+                return Err(PlanError::Unsupported(
+                    ops[0],
+                    format!("`{name}` is a view of a model input that no earlier op reads; read the input itself"),
+                ));
             } else {
                 held.insert(b.tensor, b.slices.clone());
                 merged.bindings.push(b);
@@ -215,6 +257,25 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             if let Some(&op) = ops.get(i) {
                 merged.grids[op] = grid;
             }
+        }
+    }
+    // Model outputs that are reshapes of held tensors are read where those bytes are.
+    for &o in &g.outputs {
+        if let Some((base, view)) = views.get(&o) {
+            let name = &g.tensor(o).name;
+            let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
+            let Some(slices) = held.get(base).filter(|_| view.steps.is_empty()) else {
+                return Err(PlanError::Unsupported(
+                    producer,
+                    format!("output `{name}` is a transpose view; make it an op's result (e.g. add a cast) or output the tensor it views"),
+                ));
+            };
+            merged.bindings.push(BindingPlan {
+                tensor: o,
+                direction: Direction::Output,
+                transpose: false,
+                slices: slices.clone(),
+            });
         }
     }
     merged.cost = cost::predict(&merged.tiles, &merged.horizons);

@@ -152,6 +152,27 @@ fn broadcast_index(to: &[u64], from: &[u64], mut i: usize) -> usize {
     idx
 }
 
+/// For each element of `input.transpose(perm)` (row-major), its index in `input`.
+pub fn transpose_index(shape: &[u64], perm: &[usize]) -> Vec<usize> {
+    let r = shape.len();
+    let mut stride = vec![1usize; r];
+    for d in (0..r.saturating_sub(1)).rev() {
+        stride[d] = stride[d + 1] * shape[d + 1] as usize;
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&a| shape[a] as usize).collect();
+    let n: usize = out_shape.iter().product();
+    (0..n)
+        .map(|mut i| {
+            let mut src = 0;
+            for k in (0..r).rev() {
+                src += (i % out_shape[k]) * stride[perm[k]];
+                i /= out_shape[k];
+            }
+            src
+        })
+        .collect()
+}
+
 /// Evaluate every op of the graph.
 pub fn evaluate(
     g: &Graph,
@@ -309,6 +330,21 @@ pub fn evaluate(
                 let (ex, bd) =
                     layernorm::exact(&exact[&n], &bound[&n], d, affine(*gamma), affine(*beta), *eps);
                 (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+            }
+            OpKind::Reshape { input } => {
+                let (x, _) = get(*input)?;
+                let n = &g.tensor(*input).name;
+                let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
+                (t, exact[n].clone(), bound[n].clone())
+            }
+            OpKind::Transpose { input, perm } => {
+                let (x, _) = get(*input)?;
+                let n = &g.tensor(*input).name;
+                let from = transpose_index(&x.shape, perm);
+                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
+                let data = from.iter().map(|&i| x.data[i]).collect();
+                let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
+                (t, pick(&exact[n]), pick(&bound[n]))
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
