@@ -67,8 +67,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             "layernorm is planned on its own rows (`rows.rs`), not inside a row chain".into(),
         );
     }
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Reshape { .. } | OpKind::Transpose { .. })) {
-        return unsupported(i, "reshape and transpose are planned between stages (views and transposes), not inside a row chain".into());
+    if let Some(i) =
+        g.ops.iter().position(|o| matches!(o.kind, OpKind::Reshape { .. } | OpKind::Transpose { .. }))
+    {
+        return unsupported(
+            i,
+            "reshape and transpose are planned between stages (views and transposes), not inside a row chain"
+                .into(),
+        );
     }
     if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. } | OpKind::Gelu { .. })) {
         return unsupported(

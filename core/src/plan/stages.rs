@@ -17,7 +17,9 @@ use ipu_schema::{DType, Direction};
 
 use super::exchange::Event;
 use super::redistribute::{self, Move, View};
-use super::{chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word};
+use super::{
+    chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
+};
 use crate::graph::{Graph, OpKind, TensorId};
 
 /// A rank-2 f16 matmul the grid planner takes (alpha only with f16 partials).
@@ -223,7 +225,9 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             } else if views.contains_key(&b.tensor) {
                 return Err(PlanError::Unsupported(
                     ops[0],
-                    format!("`{name}` is a view of a model input that no earlier op reads; read the input itself"),
+                    format!(
+                        "`{name}` is a view of a model input that no earlier op reads; read the input itself"
+                    ),
                 ));
             } else {
                 held.insert(b.tensor, b.slices.clone());

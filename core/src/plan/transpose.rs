@@ -17,7 +17,10 @@ use crate::target::WORKERS;
 pub fn swaps_last_two(g: &Graph, op: usize) -> bool {
     let OpKind::Transpose { perm, .. } = &g.ops[op].kind else { return false };
     let r = perm.len();
-    r >= 2 && perm[r - 1] == r - 2 && perm[r - 2] == r - 1 && perm[..r - 2].iter().enumerate().all(|(i, &p)| i == p)
+    r >= 2
+        && perm[r - 1] == r - 2
+        && perm[r - 2] == r - 1
+        && perm[..r - 2].iter().enumerate().all(|(i, &p)| i == p)
 }
 
 /// Plan op `op` (a last-two-axes transpose of f16) on up to `tiles` tiles.
@@ -25,7 +28,14 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let input = g.ops[op].kind.operands()[0];
     let x = g.tensor(input);
     if x.dtype != DType::F16 {
-        return Err(PlanError::Unsupported(op, format!("a transpose of the last two axes is planned for f16, `{}` is {}", x.name, x.dtype.name())));
+        return Err(PlanError::Unsupported(
+            op,
+            format!(
+                "a transpose of the last two axes is planned for f16, `{}` is {}",
+                x.name,
+                x.dtype.name()
+            ),
+        ));
     }
     let r = x.shape.len();
     let (rows, cols) = (x.shape[r - 2], x.shape[r - 1]);
@@ -84,7 +94,13 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                 ]);
                 issues = issues.max(cost::transpose_issues(w1 - w0, rows));
             }
-            p.buffers.push(Buffer { name: db.clone(), bytes: 4 * words.len() as u32, align: 16, kind: MemKind::Descriptor, init: words });
+            p.buffers.push(Buffer {
+                name: db.clone(),
+                bytes: 4 * words.len() as u32,
+                align: 16,
+                kind: MemKind::Descriptor,
+                init: words,
+            });
             p.steps.push(Step::Phase(super::op_phase(g, op)));
             p.steps.push(Step::RunAll(Kernel::TransposeF16, db, issues));
         }
@@ -98,7 +114,9 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         tiles: plans,
         bindings: vec![bind(input, Direction::Input, ins), bind(g.ops[op].output, Direction::Output, outs)],
         tiles_used: used,
-        mapping: vec![format!("transpose {batches}×[{rows}, {cols}] in {groups} column groups per matrix, tiles={used}")],
+        mapping: vec![format!(
+            "transpose {batches}×[{rows}, {cols}] in {groups} column groups per matrix, tiles={used}"
+        )],
         grids,
         horizons: Vec::new(),
         profile: None,
