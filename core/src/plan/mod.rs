@@ -288,7 +288,11 @@ pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
     let mut plan = match single(graph, opts) {
         Ok(p) => p,
-        Err(_) if cut.len() > 1 || own_rows => stages::plan(graph, opts, &cut)?,
+        // When a row-chain stage refuses, the whole-graph error says more (the same planner
+        // refused a larger piece, with the reason in the user's terms).
+        Err(whole) if cut.len() > 1 || own_rows => {
+            stages::plan(graph, opts, &cut).map_err(|(e, in_chain)| if in_chain { whole } else { e })?
+        }
         Err(e) => return Err(e),
     };
     if opts.profile {

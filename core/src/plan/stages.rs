@@ -159,8 +159,14 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
     }
 }
 
-/// Plan the stages and join them with redistributions.
-pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan, PlanError> {
+/// Plan the stages and join them with redistributions. An error says whether a row-chain stage
+/// refused (`true`): the caller may prefer the whole-graph planner's reason then.
+pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan, (PlanError, bool)> {
+    let mut in_chain = false;
+    join(g, opts, stages, &mut in_chain).map_err(|e| (e, in_chain))
+}
+
+fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool) -> Result<Plan, PlanError> {
     let mut merged = Plan {
         tiles: vec![TilePlan::default(); opts.tiles],
         bindings: Vec::new(),
@@ -191,7 +197,10 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
         } else if grid_matmul(g, ops[0]) {
             super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub))
         } else {
-            chain::plan(&sub, stage_opts)
+            *in_chain = true;
+            let p = chain::plan(&sub, stage_opts);
+            *in_chain = p.is_err();
+            p
         }
         .map_err(global)?;
         let tag = format!("g{k}_");
