@@ -349,11 +349,15 @@ fn copy_launch(ms: &[&Move], tag: &str) -> (Vec<Buffer>, u64) {
 }
 
 /// Append a superstep to every tile's steps: `Phase`, `Sync`, the exchange, then local copies.
+/// Without exchange events there is no superstep: each tile copies its own bytes, which its own
+/// earlier steps made.
 pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
     for (t, p) in tiles.iter_mut().enumerate() {
         p.steps.push(Step::Phase(phase.into()));
-        p.steps.push(Step::Sync);
-        p.steps.push(Step::Exchange(s.events.get(&(t as u16)).cloned().unwrap_or_default()));
+        if !s.events.is_empty() {
+            p.steps.push(Step::Sync);
+            p.steps.push(Step::Exchange(s.events.get(&(t as u16)).cloned().unwrap_or_default()));
+        }
     }
     for (tile, (buffers, issues)) in s.copies {
         let p = &mut tiles[tile as usize];

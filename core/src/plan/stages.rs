@@ -253,7 +253,8 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             redistribute::append(
                 &mut merged.tiles,
                 step,
-                &format!("redistribute {}", moved.join(" ")),
+                // Unique per stage, so that a profile's phases do not merge stages.
+                &format!("redistribute {} → {}", moved.join(" "), super::op_phase(g, ops[0])),
                 &format!("x{k}_"),
             );
         }
