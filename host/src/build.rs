@@ -101,6 +101,9 @@ pub fn plan_error_message(
     };
     match err {
         plan::PlanError::Unsupported(i, w) => format!("{}: {w}", at(*i)),
+        plan::PlanError::NoRoom { tile, op, needed, free } => {
+            format!("{}: {}", at(*op), plan::no_room(*tile, *needed, *free))
+        }
         plan::PlanError::Memory { tile, buffer, over } => {
             let name = buffer.strip_prefix("tensor `").and_then(|b| b.strip_suffix('`'));
             let op = name.and_then(|n| g.ops.iter().position(|o| g.tensor(o.output).name == n));

@@ -117,3 +117,25 @@ fn a_transposed_read_of_a_tensor_made_on_the_chip_is_refused_with_its_name() {
         .to_string();
     assert!(e.contains("op 1 (matmul)") && e.contains("`K` is made on the chip and read transposed"), "{e}");
 }
+
+#[test]
+fn a_stage_that_does_not_fit_beside_the_earlier_ones_is_refused_with_tile_op_and_bytes() {
+    // Each matmul fits on 4 tiles alone; together they do not.
+    let src = [
+        "name = \"room\"\noutputs = [\"Y\"]\n".to_string(),
+        input("X", "[64, 1024]"),
+        input("W1", "[1024, 512]"),
+        input("W2", "[512, 1024]"),
+        op("op = \"matmul\"\na = \"X\"\nb = \"W1\"\noutput = \"H\"\naccumulate = \"f16\""),
+        op("op = \"matmul\"\na = \"H\"\nb = \"W2\"\noutput = \"Y\"\naccumulate = \"f16\""),
+    ]
+    .concat();
+    let e = build("room.toml", &src, &BuildOptions { threads: 1, ..BuildOptions::new(4) })
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("op 1 (matmul): tile 0: placing it needs"), "{e}");
+    assert!(e.contains("bytes of tile memory where") && e.contains("are free"), "{e}");
+    // On 16 tiles it builds.
+    assert!(build("room.toml", &src, &BuildOptions { threads: 1, ..BuildOptions::new(16) }).is_ok());
+}

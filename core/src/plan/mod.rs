@@ -219,17 +219,40 @@ pub enum PlanError {
         /// Bytes over the limit.
         over: u64,
     },
+    /// An op's buffers do not fit beside those already placed on a tile (graphs of stages).
+    NoRoom {
+        /// Tile.
+        tile: u16,
+        /// The op being placed (its stage's first op).
+        op: usize,
+        /// Bytes its buffers take on the tile.
+        needed: u64,
+        /// Bytes left on the tile before it.
+        free: u64,
+    },
 }
 
 impl core::fmt::Display for PlanError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             PlanError::Unsupported(op, w) => write!(f, "op {op}: {w}"),
+            PlanError::NoRoom { tile, op, needed, free } => {
+                write!(f, "op {op}: {}", no_room(*tile, *needed, *free))
+            }
             PlanError::Memory { tile, buffer, over } => {
                 write!(f, "tile {tile}: {buffer} does not fit in tile memory ({over} bytes over)")
             }
         }
     }
+}
+
+/// The words of a [`PlanError::NoRoom`] after the op.
+pub fn no_room(tile: u16, needed: u64, free: u64) -> String {
+    alloc::format!(
+        "tile {tile}: placing it needs {needed} bytes of tile memory where {free} are free (of {}; the \
+         earlier ops' buffers stay: per-tile memory reuse is not built yet); use more tiles",
+        crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE
+    )
 }
 
 /// Options for planning.

@@ -258,7 +258,14 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
                 &format!("x{k}_"),
             );
         }
+        let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
+        let bytes = |b: &[super::Buffer]| b.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum::<u64>();
         for (t, tp) in p.tiles.into_iter().enumerate() {
+            let (before, needed) = (bytes(&merged.tiles[t].buffers), bytes(&tp.buffers));
+            if before + needed > limit {
+                let free = limit.saturating_sub(before);
+                return Err(PlanError::NoRoom { tile: t as u16, op: ops[0], needed, free });
+            }
             merged.tiles[t].buffers.extend(tp.buffers);
             merged.tiles[t].steps.extend(tp.steps);
         }
