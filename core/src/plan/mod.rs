@@ -135,6 +135,22 @@ pub struct TilePlan {
     pub steps: Vec<Step>,
 }
 
+impl TilePlan {
+    /// Run `kernel` on the six workers in op `phase`, its descriptor table `words` held in a new
+    /// buffer `name`; `issues` is the slowest worker's.
+    pub fn launch(&mut self, phase: String, kernel: Kernel, name: String, words: Vec<Word>, issues: u64) {
+        self.buffers.push(Buffer {
+            name: name.clone(),
+            bytes: 4 * words.len() as u32,
+            align: 16,
+            kind: MemKind::Descriptor,
+            init: words,
+        });
+        self.steps.push(Step::Phase(phase));
+        self.steps.push(Step::RunAll(kernel, name, issues));
+    }
+}
+
 /// A binding slice before linking (buffer name instead of address).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceRef {
@@ -195,6 +211,27 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan of kernel launches without exchange (one superstep), its cost from the steps.
+    pub fn compute_only(
+        tiles: Vec<TilePlan>,
+        bindings: Vec<BindingPlan>,
+        tiles_used: u32,
+        mapping: String,
+        grids: Vec<[u32; 3]>,
+    ) -> Plan {
+        Plan {
+            cost: cost::predict(&tiles, &[]),
+            tiles,
+            bindings,
+            tiles_used,
+            mapping: alloc::vec![mapping],
+            grids,
+            horizons: Vec::new(),
+            profile: None,
+            exchange_bytes: 0,
+            eliminated_clears: 0,
+        }
+    }
     /// Supersteps of the `run` call: internal syncs + 1.
     pub fn phases(&self) -> u32 {
         self.tiles

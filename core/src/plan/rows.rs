@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use ipu_schema::Direction;
 
 use super::matmul::{split, zero};
-use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
+use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
@@ -101,15 +101,7 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
             ]);
             issues = issues.max(cost::layernorm_issues(w1 - w0, d / 4, d % 4));
         }
-        p.buffers.push(Buffer {
-            name: "dln".into(),
-            bytes: 4 * words.len() as u32,
-            align: 16,
-            kind: MemKind::Descriptor,
-            init: words,
-        });
-        p.steps.push(Step::Phase(super::op_phase(g, op)));
-        p.steps.push(Step::RunAll(Kernel::LayerNormF16, "dln".into(), issues));
+        p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln".into(), words, issues);
     }
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let mut bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];
@@ -117,16 +109,6 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
     bindings.extend(beta.map(|t| bind(t, Direction::Input, bs)));
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
-    Ok(Plan {
-        cost: cost::predict(&plans, &[]),
-        tiles: plans,
-        bindings,
-        tiles_used: tm as u32,
-        mapping: vec![format!("layernorm rows={rows_total} D={d} tiles={tm} rows per tile ≤ {per_tile}")],
-        grids,
-        horizons: Vec::new(),
-        profile: None,
-        exchange_bytes: 0,
-        eliminated_clears: 0,
-    })
+    let mapping = format!("layernorm rows={rows_total} D={d} tiles={tm} rows per tile ≤ {per_tile}");
+    Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
 }

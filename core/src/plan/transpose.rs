@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use super::matmul::{split, zero};
-use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
+use super::{cost, BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::WORKERS;
 
@@ -94,33 +94,15 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                 ]);
                 issues = issues.max(cost::transpose_issues(w1 - w0, rows));
             }
-            p.buffers.push(Buffer {
-                name: db.clone(),
-                bytes: 4 * words.len() as u32,
-                align: 16,
-                kind: MemKind::Descriptor,
-                init: words,
-            });
-            p.steps.push(Step::Phase(super::op_phase(g, op)));
-            p.steps.push(Step::RunAll(Kernel::TransposeF16, db, issues));
+            p.launch(super::op_phase(g, op), Kernel::TransposeF16, db, words, issues);
         }
     }
     let used = (batches * groups).min(tiles as u64) as u32;
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [used, 1, 1];
-    Ok(Plan {
-        cost: cost::predict(&plans, &[]),
-        tiles: plans,
-        bindings: vec![bind(input, Direction::Input, ins), bind(g.ops[op].output, Direction::Output, outs)],
-        tiles_used: used,
-        mapping: vec![format!(
-            "transpose {batches}×[{rows}, {cols}] in {groups} column groups per matrix, tiles={used}"
-        )],
-        grids,
-        horizons: Vec::new(),
-        profile: None,
-        exchange_bytes: 0,
-        eliminated_clears: 0,
-    })
+    let mapping =
+        format!("transpose {batches}×[{rows}, {cols}] in {groups} column groups per matrix, tiles={used}");
+    let bindings = vec![bind(input, Direction::Input, ins), bind(g.ops[op].output, Direction::Output, outs)];
+    Ok(Plan::compute_only(plans, bindings, used, mapping, grids))
 }
