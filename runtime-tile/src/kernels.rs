@@ -70,6 +70,9 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CopyWords => "k_copy_words",
         TransposeF16 => "k_transpose_f16",
         LayerNormF16 => "k_layernorm_f16",
+        LayerNormSum => "k_layernorm_sum",
+        LayerNormVar => "k_layernorm_var",
+        LayerNormApply => "k_layernorm_apply",
     }
 }
 
@@ -93,7 +96,9 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         SoftmaxF16 => (SOFTMAX, ""),
         CopyWords => (COPY_WORDS, ""),
         TransposeF16 => (TRANSPOSE_F16, ""),
-        LayerNormF16 => (LAYERNORM_F16, ""),
+        LayerNormF16 | LayerNormSum | LayerNormVar | LayerNormApply => {
+            return crate::layernorm::text(k).replace("{NAME}", label(k))
+        }
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
 }
@@ -153,155 +158,6 @@ const TRANSPOSE_F16: &str = "
     brnzdec $m11, {NAME}_el
     add $m3, $m3, 2
     add $m4, $m4, $m8
-    add $m2, $m2, -1
-    brnz $m2, {NAME}_row
-{NAME}_done:
-    exit
-";
-
-/// Layer normalisation of f16 rows (`cost::layernorm_issues`; the host reference
-/// `reference::layernorm_device` does the same f32 operations in the same order). Descriptor, 64
-/// bytes per worker: x, y, rows, row stride (bytes), chunks (D / 4), tail (D % 4), gamma, beta,
-/// 1/D, eps, 0, 0, 1.0. Three passes per row: the sum in two f32 lanes (even and odd values of each
-/// chunk; tail values in lane 0), the mean `(s0 + s1)·(1/D)`; the squared deviations `x + (−μ)` the
-/// same way, `var = (v0 + v1)·(1/D)`, `r = 1 / √(var + eps)`; then `y = f16(((x + (−μ))·r)·γ + β)`.
-/// Tail values are read and written as single halves, so row padding is never touched.
-const LAYERNORM_F16: &str = "
-.align 8
-{NAME}:
-    shl $m6, $m0, 6
-    add $m6, $m1, $m6
-    ld32 $m3, $m6, $m15, 0
-    ld32 $m4, $m6, $m15, 4
-    ld32 $m2, $m6, $m15, 8
-    ld32 $m5, $m6, $m15, 12
-    ld32 $m7, $m6, $m15, 16
-    ld32 $m8, $m6, $m15, 20
-    ld32 $m9, $m6, $m15, 24
-    ld32 $m10, $m6, $m15, 28
-    lda32 $a14, $m6, $m15, 32
-    lda32 $a15, $m6, $m15, 36
-    brz $m2, {NAME}_done
-{NAME}_row:
-    ld64 $a6, $m6, $m15, 40
-    or $m11, $m3, $m15
-    or $m12, $m7, $m15
-    brz $m12, {NAME}_s_tail
-    add $m12, $m12, -1
-{NAME}_s:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f16v2tof32 $a4, $a1
-    f32v2add $a6, $a6, $a2
-    f32v2add $a6, $a6, $a4
-    brnzdec $m12, {NAME}_s
-{NAME}_s_tail:
-    or $m12, $m8, $m15
-    brz $m12, {NAME}_s_end
-{NAME}_st:
-    ldh16 $a0, $m11, $m15, 0
-    f16v2tof32 $a2, $a0
-    f32add $a6, $a6, $a2
-    add $m11, $m11, 2
-    add $m12, $m12, -1
-    brnz $m12, {NAME}_st
-{NAME}_s_end:
-    f32add $a6, $a6, $a7
-    f32mul $a6, $a6, $a14
-    ld64 $a8, $m6, $m15, 40
-    f32sub $a8, $a8, $a6
-    f32sub $a9, $a9, $a6
-    ld64 $a6, $m6, $m15, 40
-    or $m11, $m3, $m15
-    or $m12, $m7, $m15
-    brz $m12, {NAME}_v_tail
-    add $m12, $m12, -1
-{NAME}_v:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f16v2tof32 $a4, $a1
-    f32v2add $a2, $a2, $a8
-    f32v2add $a4, $a4, $a8
-    f32v2mul $a2, $a2, $a2
-    f32v2mul $a4, $a4, $a4
-    f32v2add $a6, $a6, $a2
-    f32v2add $a6, $a6, $a4
-    brnzdec $m12, {NAME}_v
-{NAME}_v_tail:
-    or $m12, $m8, $m15
-    brz $m12, {NAME}_v_end
-{NAME}_vt:
-    ldh16 $a0, $m11, $m15, 0
-    f16v2tof32 $a2, $a0
-    f32add $a2, $a2, $a8
-    f32mul $a2, $a2, $a2
-    f32add $a6, $a6, $a2
-    add $m11, $m11, 2
-    add $m12, $m12, -1
-    brnz $m12, {NAME}_vt
-{NAME}_v_end:
-    f32add $a6, $a6, $a7
-    f32mul $a6, $a6, $a14
-    f32add $a6, $a6, $a15
-    f32sqrt $a6, $a6
-    lda32 $a10, $m6, $m15, 48
-    f32div $a10, $a10, $a6
-    lda32 $a11, $m6, $m15, 48
-    f32div $a11, $a11, $a6
-    or $m11, $m3, $m15
-    or $m12, $m4, $m15
-    or $m13, $m9, $m15
-    or $m14, $m10, $m15
-    or $m0, $m7, $m15
-    brz $m0, {NAME}_a_tail
-    add $m0, $m0, -1
-{NAME}_a:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f16v2tof32 $a4, $a1
-    f32v2add $a2, $a2, $a8
-    f32v2add $a4, $a4, $a8
-    f32v2mul $a2, $a2, $a10
-    f32v2mul $a4, $a4, $a10
-    ld64pi $a0, $m13, 8
-    f16v2tof32 $a6, $a0
-    f32v2mul $a2, $a2, $a6
-    f16v2tof32 $a6, $a1
-    f32v2mul $a4, $a4, $a6
-    ld64pi $a0, $m14, 8
-    f16v2tof32 $a6, $a0
-    f32v2add $a2, $a2, $a6
-    f16v2tof32 $a6, $a1
-    f32v2add $a4, $a4, $a6
-    f32v2tof16 $a0, $a2
-    f32v2tof16 $a1, $a4
-    st64pi $a0, $m12, 8
-    brnzdec $m0, {NAME}_a
-{NAME}_a_tail:
-    or $m0, $m8, $m15
-    brz $m0, {NAME}_row_end
-{NAME}_at:
-    ldh16 $a0, $m11, $m15, 0
-    f16v2tof32 $a2, $a0
-    f32add $a2, $a2, $a8
-    f32mul $a2, $a2, $a10
-    ldh16 $a0, $m13, $m15, 0
-    f16v2tof32 $a6, $a0
-    f32mul $a2, $a2, $a6
-    ldh16 $a0, $m14, $m15, 0
-    f16v2tof32 $a6, $a0
-    f32add $a2, $a2, $a6
-    f32v2tof16 $a0, $a2
-    sth16 $a0, $m12, $m15, 0
-    add $m11, $m11, 2
-    add $m12, $m12, 2
-    add $m13, $m13, 2
-    add $m14, $m14, 2
-    add $m0, $m0, -1
-    brnz $m0, {NAME}_at
-{NAME}_row_end:
-    add $m3, $m3, $m5
-    add $m4, $m4, $m5
     add $m2, $m2, -1
     brnz $m2, {NAME}_row
 {NAME}_done:

@@ -6,4 +6,5 @@ extern crate alloc;
 
 pub mod asm;
 pub mod kernels;
+pub mod layernorm;
 pub mod runtime;

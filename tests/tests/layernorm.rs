@@ -30,6 +30,9 @@ fn layernorm_is_bit_exact_and_within_its_bound_on_odd_widths() {
         ("2, 7", 1152, true, "eps = 1e-6\n", 64),
         ("29", 37, false, "", 1472),
         ("13", 4, false, "eps = 0.1\n", 3),
+        // One row per tile at SigLIP width: the six workers share each row.
+        ("3", 1152, true, "eps = 1e-6\n", 4),
+        ("7", 1151, false, "", 2),
     ] {
         let (out, pkg) = common::build_and_run(&model(rows, d, affine, eps), tiles, None, 11, 2);
         assert!(out.max_abs_error_f64 <= out.bound_f64 && out.worst_ratio_f64 <= 1.0, "{out:?}");
@@ -37,8 +40,9 @@ fn layernorm_is_bit_exact_and_within_its_bound_on_odd_widths() {
         assert!(out.bound_f64 < 0.05, "{out:?}");
         let (sim, pred) = (out.cycles[1], pkg.plan.predicted_cycles);
         report.push_str(&format!("[{rows}, {d}] on {tiles}: simulated {sim} predicted {pred}\n"));
-        // One launch: exact up to the barrel slot its slowest worker ends on (≤ 5 cycles, §3).
-        assert!(sim.abs_diff(pred) <= 5, "{report}");
+        // One launch (or three when the workers share rows): exact up to the barrel slot each
+        // launch's slowest worker ends on (≤ 5 cycles per launch, §3).
+        assert!(sim.abs_diff(pred) <= 15, "{report}");
     }
     println!("{report}");
 }

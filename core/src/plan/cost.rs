@@ -29,6 +29,9 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         Kernel::CopyWords => copy_issues(&[count]),
         Kernel::TransposeF16 => transpose_issues(1, count as u64),
         Kernel::LayerNormF16 => layernorm_issues(1, count as u64 / 4, count as u64 % 4),
+        Kernel::LayerNormSum | Kernel::LayerNormVar | Kernel::LayerNormApply => {
+            layernorm_shared_issues(kernel, 1, count as u64 / 4, count as u64 % 4)
+        }
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
@@ -48,6 +51,20 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
 pub fn layernorm_issues(rows: u64, chunks: u64, tail: u64) -> u64 {
     let per_row = 40 + 37 * chunks + 32 * tail + if chunks > 0 { 3 } else { 0 };
     14 + rows * per_row
+}
+
+/// Worker issues of a row-shared layer normalisation launch for `rows` rows of which this worker
+/// takes `chunks` 4-value chunks and `tail` single values: setup 15, exit 1; per row (`[c]` = 1
+/// when there are chunks) sum 13 + [c] + 6·chunks + 6·tail; variance 28 + [c] + 10·chunks + 8·tail;
+/// apply 49 + [c] + 21·chunks + 18·tail (docs/kernels.md).
+pub fn layernorm_shared_issues(kernel: Kernel, rows: u64, chunks: u64, tail: u64) -> u64 {
+    let c = u64::from(chunks > 0);
+    let per_row = match kernel {
+        Kernel::LayerNormSum => 13 + c + 6 * chunks + 6 * tail,
+        Kernel::LayerNormVar => 28 + c + 10 * chunks + 8 * tail,
+        _ => 49 + c + 21 * chunks + 18 * tail,
+    };
+    16 + rows * per_row
 }
 
 /// Worker issues of `transpose_f16` for `rows` output rows of `r` values: setup 9 (shl, add,

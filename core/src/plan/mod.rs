@@ -104,6 +104,12 @@ pub enum Kernel {
     /// Layer normalisation of f16 rows, statistics in f32 (descriptor: 64 bytes per worker,
     /// `rows.rs`; docs/kernels.md `layernorm_f16`).
     LayerNormF16,
+    /// Row-shared layer normalisation, launch 1 of 3: each worker's partial sum of its columns.
+    LayerNormSum,
+    /// Launch 2: the mean from the partials, each worker's partial sum of squared deviations.
+    LayerNormVar,
+    /// Launch 3: mean and variance from the partials, each worker normalises its columns.
+    LayerNormApply,
 }
 
 /// One step of a tile's `run` call.

@@ -1,7 +1,9 @@
 //! Row ops on their own tiles (docs/graph-planner.md §3): the rows of the input (all leading
 //! dimensions flattened) are split over tiles, each tile's rows over its six workers; every row is
 //! stored packed to a multiple of four values (8-byte aligned, zero padding). Today: layer
-//! normalisation (`layernorm_f16`, docs/kernels.md).
+//! normalisation (`layernorm_f16`, docs/kernels.md); a tile with fewer rows than workers has the
+//! six workers share each row (`layernorm_sum`/`_var`/`_apply`), so one row per tile — SigLIP's
+//! 729 rows on 1472 tiles — still uses the whole tile.
 
 use alloc::format;
 use alloc::vec;
@@ -9,9 +11,23 @@ use alloc::vec::Vec;
 use ipu_schema::Direction;
 
 use super::matmul::{split, zero};
-use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
+use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
+
+/// Whether a tile with `rows` rows of `d` values normalises them with the six workers sharing each
+/// row (three launches) rather than one worker per row: when the slowest worker issues fewer
+/// instructions that way (few rows of many values). The host reference asks the same question.
+pub fn share_rows(rows: u64, d: u64) -> bool {
+    let w = WORKERS as u64;
+    let (chunks, tail) = (d / 4, d % 4);
+    let single = cost::layernorm_issues(rows.div_ceil(w), chunks, tail);
+    let shared: u64 = [Kernel::LayerNormSum, Kernel::LayerNormVar, Kernel::LayerNormApply]
+        .into_iter()
+        .map(|k| cost::layernorm_shared_issues(k, rows, chunks.div_ceil(w), tail) + 2)
+        .sum();
+    rows > 0 && shared < single
+}
 
 /// Plan op `op` (a layernorm) of `g` on up to `tiles` tiles.
 pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
@@ -77,31 +93,55 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
         ys.push(slice("Y"));
         gs.push(whole(tile, "G"));
         bs.push(whole(tile, "B"));
+        let shared = share_rows(rows, d);
+        let chunks = d / 4;
+        if shared {
+            p.buffers.push(zero("PS", rows * 48, MemKind::Tensor));
+        }
         let mut words = Vec::new();
-        let mut issues = 0;
+        let mut issues = [0u64; 3];
         for w in 0..WORKERS as u64 {
-            let (w0, w1) = split(rows, WORKERS as u64, w);
+            // Whole rows per worker, or a share of every row's columns.
+            let (w0, w1) = if shared { (0, rows) } else { split(rows, WORKERS as u64, w) };
+            let (c0, c1) = if shared { split(chunks, WORKERS as u64, w) } else { (0, chunks) };
+            let tail = if !shared || w + 1 == WORKERS as u64 { d % 4 } else { 0 };
+            let col = (c0 * 8) as u32;
             words.extend([
-                Word::Sym("X".into(), (w0 * stride) as u32),
-                Word::Sym("Y".into(), (w0 * stride) as u32),
+                Word::Sym("X".into(), (w0 * stride) as u32 + col),
+                Word::Sym("Y".into(), (w0 * stride) as u32 + col),
                 Word::Const((w1 - w0) as u32),
                 Word::Const(stride as u32),
-                Word::Const((d / 4) as u32),
-                Word::Const((d % 4) as u32),
-                Word::Sym("G".into(), 0),
-                Word::Sym("B".into(), 0),
+                Word::Const((c1 - c0) as u32),
+                Word::Const(tail as u32),
+                Word::Sym("G".into(), col),
+                Word::Sym("B".into(), col),
                 Word::Const(inv_d.to_bits()),
                 Word::Const(eps.to_bits()),
                 Word::Const(0),
                 Word::Const(0),
                 Word::Const(1.0f32.to_bits()),
-                Word::Const(0),
-                Word::Const(0),
+                if shared { Word::Sym("PS".into(), 0) } else { Word::Const(0) },
+                Word::Const(4 * w as u32),
                 Word::Const(0),
             ]);
-            issues = issues.max(cost::layernorm_issues(w1 - w0, d / 4, d % 4));
+            if shared {
+                for (i, k) in [Kernel::LayerNormSum, Kernel::LayerNormVar, Kernel::LayerNormApply]
+                    .into_iter()
+                    .enumerate()
+                {
+                    issues[i] = issues[i].max(cost::layernorm_shared_issues(k, w1 - w0, c1 - c0, tail));
+                }
+            } else {
+                issues[0] = issues[0].max(cost::layernorm_issues(w1 - w0, chunks, tail));
+            }
         }
-        p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln".into(), words, issues);
+        if shared {
+            p.launch(super::op_phase(g, op), Kernel::LayerNormSum, "dln".into(), words, issues[0]);
+            p.steps.push(Step::RunAll(Kernel::LayerNormVar, "dln".into(), issues[1]));
+            p.steps.push(Step::RunAll(Kernel::LayerNormApply, "dln".into(), issues[2]));
+            continue;
+        }
+        p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln".into(), words, issues[0]);
     }
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let mut bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];

@@ -4,26 +4,37 @@
 use half::f16;
 use rayon::prelude::*;
 
-/// One row as `layernorm_f16` computes it: f32 sums in two lanes (the even and odd values of each
-/// 4-value chunk; tail values in lane 0), `μ = (s0 + s1)·(1/D)`, deviations as `x + (0 − μ)`,
-/// `r = 1 / √(var + eps)`, `y = f16(((x + (−μ))·r)·γ + β)`: the same operations in the same order.
-fn row_device(x: &[f32], g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+/// One row as `layernorm_f16` computes it with the row's columns shared by `parts` workers (1: one
+/// worker takes the row; 6: `layernorm_sum`/`_var`/`_apply`): each worker sums its whole 4-value
+/// chunks in two f32 lanes (even and odd values; the last worker's tail values in lane 0), its
+/// partial is `s0 + s1`, the partials are added in worker order, `μ = Σ·(1/D)`; deviations are
+/// `x + (0 − μ)` and their squares summed the same way, `var = Σ·(1/D)`, `r = 1 / √(var + eps)`,
+/// `y = f16(((x + (−μ))·r)·γ + β)`: the same operations in the same order as the kernels.
+fn row_device(x: &[f32], g: &[f32], b: &[f32], eps: f32, parts: u64, out: &mut [f32]) {
     let d = x.len();
     let inv_d = 1.0f32 / d as f32;
-    let full = d / 4 * 4;
-    let lanes = |f: &dyn Fn(f32) -> f32| {
-        let mut s = [0f32; 2];
-        for (i, v) in x[..full].iter().enumerate() {
-            s[i % 2] += f(*v);
+    let chunks = (d / 4) as u64;
+    let total = |f: &dyn Fn(f32) -> f32| {
+        let mut sum = 0f32;
+        for w in 0..parts {
+            let (c0, c1) = ipu_core::plan::matmul::split(chunks, parts, w);
+            let mut s = [0f32; 2];
+            for (i, v) in x[4 * c0 as usize..4 * c1 as usize].iter().enumerate() {
+                s[i % 2] += f(*v);
+            }
+            if w + 1 == parts {
+                for v in &x[4 * chunks as usize..] {
+                    s[0] += f(*v);
+                }
+            }
+            let p = s[0] + s[1];
+            sum = if w == 0 { p } else { sum + p };
         }
-        for v in &x[full..] {
-            s[0] += f(*v);
-        }
-        s[0] + s[1]
+        sum
     };
-    let mean = lanes(&|v| v) * inv_d;
+    let mean = total(&|v| v) * inv_d;
     let neg = 0.0f32 - mean;
-    let var = lanes(&|v| {
+    let var = total(&|v| {
         let t = v + neg;
         t * t
     }) * inv_d;
@@ -34,12 +45,22 @@ fn row_device(x: &[f32], g: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// Device-precision layer normalisation of every row (last axis `d`); `gamma`/`beta` default to
-/// 1 and 0 as the planner's constant buffers do.
-pub fn device(x: &[f32], d: usize, gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32) -> Vec<f32> {
+/// 1 and 0 as the planner's constant buffers do; `parts(row)` is how many workers share the row.
+pub fn device(
+    x: &[f32],
+    d: usize,
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    eps: f32,
+    parts: &(dyn Fn(usize) -> u64 + Sync),
+) -> Vec<f32> {
     let (ones, zeros) = (vec![1f32; d], vec![0f32; d]);
     let (g, b) = (gamma.unwrap_or(&ones), beta.unwrap_or(&zeros));
     let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, row)| row_device(row, g, b, eps, o));
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d))
+        .enumerate()
+        .for_each(|(r, (o, row))| row_device(row, g, b, eps, parts(r), o));
     out
 }
 

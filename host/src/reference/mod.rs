@@ -320,7 +320,30 @@ pub fn evaluate(
                 let d = *x.shape.last().unwrap_or(&1) as usize;
                 let g_dev = gamma.map(get).transpose()?.map(|(t, _)| t.data.as_slice());
                 let b_dev = beta.map(get).transpose()?.map(|(t, _)| t.data.as_slice());
-                let data = layernorm::device(&x.data, d, g_dev, b_dev, *eps);
+                // Rows over `tm` tiles as `plan::rows` splits them; a tile that shares its rows
+                // among the six workers (`plan::rows::share_rows`) sums in six parts.
+                let rows_total = (x.data.len() / d.max(1)) as u64;
+                let tm = grids.get(i).map_or(1, |g| g[0] as u64).max(1);
+                let split = ipu_core::plan::matmul::split;
+                let parts = move |r: usize| {
+                    // The tile holding row r: the first whose range ends after it (binary search).
+                    let (mut lo, mut hi) = (0, tm - 1);
+                    while lo < hi {
+                        let mid = (lo + hi) / 2;
+                        if split(rows_total, tm, mid).1 > r as u64 {
+                            hi = mid;
+                        } else {
+                            lo = mid + 1;
+                        }
+                    }
+                    let (r0, r1) = split(rows_total, tm, lo);
+                    if ipu_core::plan::rows::share_rows(r1 - r0, d as u64) {
+                        ipu_core::target::WORKERS as u64
+                    } else {
+                        1
+                    }
+                };
+                let data = layernorm::device(&x.data, d, g_dev, b_dev, *eps, &parts);
                 let name = |t: ipu_core::graph::TensorId| g.tensor(t).name.clone();
                 let affine = |t: Option<ipu_core::graph::TensorId>| layernorm::Affine {
                     exact: t.map(|t| exact[&name(t)].as_slice()),
