@@ -211,7 +211,7 @@ pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
     let mut out = Superstep::default();
     let pieces = multicasts(&remote)?;
     out.exchange_bytes = pieces.iter().map(|p| 4 * p.words as u64).sum();
-    let (sched, _) = scatter(&round_robin(pieces)).map_err(|e| format!("{e}"))?;
+    let (sched, _) = scatter(&pieces).map_err(|e| format!("{e}"))?;
     out.events = sched.events;
     out.horizon = sched.horizon;
     let mut per_tile: BTreeMap<u16, Vec<&Move>> = BTreeMap::new();
@@ -279,27 +279,6 @@ fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
         });
     }
     Ok(pieces)
-}
-
-/// Interleave the senders' pieces (first piece of every sender, then the second, …) so that the
-/// greedy schedule keeps many senders busy at once.
-fn round_robin(pieces: Vec<Multicast>) -> Vec<Multicast> {
-    let mut by_sender: BTreeMap<u16, Vec<Multicast>> = BTreeMap::new();
-    for p in pieces {
-        by_sender.entry(p.sender).or_default().push(p);
-    }
-    let mut queues: Vec<alloc::vec::IntoIter<Multicast>> =
-        by_sender.into_values().map(Vec::into_iter).collect();
-    let mut out = Vec::new();
-    loop {
-        let before = out.len();
-        for q in queues.iter_mut() {
-            out.extend(q.next());
-        }
-        if out.len() == before {
-            return out;
-        }
-    }
 }
 
 /// The `copy_words` launch of one tile: segments (split at the kernel's limit) dealt to the six

@@ -11,9 +11,10 @@
 //! receives, between its receiver's events). The schedule is validated word by word by
 //! [`exchange::validate`] before it is returned.
 
-use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::collections::{BTreeMap, BinaryHeap};
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cmp::Reverse;
 
 use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
 use crate::target::MUX_NONE;
@@ -51,51 +52,54 @@ impl Busy {
     }
 }
 
-/// Schedule pieces; returns the per-tile events and the transfers they implement.
-pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
-    let receivers: BTreeSet<u16> = pieces.iter().flat_map(|p| p.to.iter().map(|t| t.0)).collect();
-    // Each tile's occupied supervisor cycles (receivers start with their `Expect`).
-    let mut busy: BTreeMap<u16, Busy> = BTreeMap::new();
-    for &r in &receivers {
-        busy.entry(r).or_default().take(0, EXPECT_CYCLES);
-    }
-    // A sender's next free send cycle, a receiver's cycle after its last landed word (pieces reach
-    // a receiver one after the other), and the cycle after a sender's last word lands.
-    let mut send_end: BTreeMap<u16, u64> = BTreeMap::new();
-    let mut landed: BTreeMap<u16, u64> = BTreeMap::new();
-    let mut arrived: BTreeMap<u16, u64> = BTreeMap::new();
-    let mut expected: BTreeMap<u16, u32> = BTreeMap::new();
-    let mut s = Schedule::default();
-    let mut transfers = Vec::new();
-    for p in pieces.iter().filter(|p| p.words > 0 && !p.to.is_empty()) {
+/// What the scheduler knows about every tile so far.
+#[derive(Default)]
+struct State {
+    /// Each tile's occupied supervisor cycles (receivers start with their `Expect`).
+    busy: BTreeMap<u16, Busy>,
+    /// A sender's next free send cycle.
+    send_end: BTreeMap<u16, u64>,
+    /// A receiver's cycle after its last landed word (pieces reach a receiver one after another).
+    landed: BTreeMap<u16, u64>,
+    /// The cycle after a sender's last word lands anywhere.
+    arrived: BTreeMap<u16, u64>,
+    /// Words each receiver expects.
+    expected: BTreeMap<u16, u32>,
+}
+
+impl State {
+    /// The earliest cycle piece `p` can start: its sender free, each receiver able to set its
+    /// pointer one cycle before the first word after its previous piece landed, and the send and
+    /// each receiver's pointer, mux and park cycles on free supervisor cycles.
+    fn earliest(&self, p: &Multicast) -> u64 {
         let w = p.words as u64;
-        let mut start = *send_end.get(&p.sender).unwrap_or(&0);
+        let mut start = *self.send_end.get(&p.sender).unwrap_or(&0);
         for (r, _, _) in &p.to {
-            if *r == p.sender {
-                return Err(ScheduleError::SendAndReceive(*r));
-            }
-            let ready = (*landed.get(r).unwrap_or(&0)).max(EXPECT_CYCLES) + 1;
+            let ready = (*self.landed.get(r).unwrap_or(&0)).max(EXPECT_CYCLES) + 1;
             start = start.max(ready.saturating_sub(latency(p.sender, *r) as u64));
         }
-        // Move the start later until the send and each receiver's pointer, mux and park cycles
-        // fall on free supervisor cycles of their tiles.
         loop {
-            let mut later = busy.get(&p.sender).and_then(|b| b.conflict(start, start + w));
+            let mut later = self.busy.get(&p.sender).and_then(|b| b.conflict(start, start + w));
             for (r, _, _) in &p.to {
                 let arrive = start + latency(p.sender, *r) as u64;
                 for c in [arrive - 1, arrive, arrive + w] {
-                    if let Some(end) = busy.get(r).and_then(|b| b.conflict(c, c + 1)) {
+                    if let Some(end) = self.busy.get(r).and_then(|b| b.conflict(c, c + 1)) {
                         later = Some(later.unwrap_or(0).max(start + (end - c)));
                     }
                 }
             }
             match later {
                 Some(t) => start = t.max(start + 1),
-                None => break,
+                None => return start,
             }
         }
-        busy.entry(p.sender).or_default().take(start, start + w);
-        send_end.insert(p.sender, start + w);
+    }
+
+    /// Place piece `p` at `start`: its events, and the transfers they implement.
+    fn place(&mut self, p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
+        let w = p.words as u64;
+        self.busy.entry(p.sender).or_default().take(start, start + w);
+        self.send_end.insert(p.sender, start + w);
         s.events.entry(p.sender).or_default().push(Event::Send {
             at: start,
             buffer: p.src.clone(),
@@ -104,7 +108,7 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
         });
         for (r, dst, dst_off) in &p.to {
             let arrive = start + latency(p.sender, *r) as u64;
-            let b = busy.entry(*r).or_default();
+            let b = self.busy.entry(*r).or_default();
             for c in [arrive - 1, arrive, arrive + w] {
                 b.take(c, c + 1);
             }
@@ -112,9 +116,9 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
             ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
             ev.push(Event::Mux { at: arrive, source: p.sender });
             ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
-            landed.insert(*r, arrive + w);
-            *expected.entry(*r).or_insert(0) += p.words;
-            let a = arrived.entry(p.sender).or_insert(0);
+            self.landed.insert(*r, arrive + w);
+            *self.expected.entry(*r).or_insert(0) += p.words;
+            let a = self.arrived.entry(p.sender).or_insert(0);
             *a = (*a).max(arrive + w);
             transfers.push(Transfer {
                 sender: p.sender,
@@ -127,17 +131,57 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
             });
         }
     }
+}
+
+/// Schedule pieces; returns the per-tile events and the transfers they implement. Each sender's
+/// pieces go in the given order; among the senders, the piece that can start earliest goes next
+/// (list scheduling; ties to the lower sender). Start times only grow as pieces are placed, so a
+/// lazily re-checked heap finds that piece without re-evaluating every sender each time.
+pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    let mut st = State::default();
+    let mut queues: BTreeMap<u16, alloc::collections::VecDeque<&Multicast>> = BTreeMap::new();
+    for p in pieces.iter().filter(|p| p.words > 0 && !p.to.is_empty()) {
+        if let Some((r, _, _)) = p.to.iter().find(|t| t.0 == p.sender) {
+            return Err(ScheduleError::SendAndReceive(*r));
+        }
+        for (r, _, _) in &p.to {
+            st.busy.entry(*r).or_insert_with(|| {
+                let mut b = Busy::default();
+                b.take(0, EXPECT_CYCLES);
+                b
+            });
+        }
+        queues.entry(p.sender).or_default().push_back(p);
+    }
+    let mut heap: BinaryHeap<Reverse<(u64, u16)>> =
+        queues.iter().map(|(&snd, q)| Reverse((st.earliest(q[0]), snd))).collect();
+    let mut s = Schedule::default();
+    let mut transfers = Vec::new();
+    while let Some(Reverse((at, snd))) = heap.pop() {
+        let Some(&p) = queues.get(&snd).and_then(|q| q.front()) else { continue };
+        let now = st.earliest(p);
+        if now > at {
+            heap.push(Reverse((now, snd)));
+            continue;
+        }
+        st.place(p, now, &mut s, &mut transfers);
+        let q = queues.get_mut(&snd).expect("queued");
+        q.pop_front();
+        if let Some(next) = q.front() {
+            heap.push(Reverse((st.earliest(next), snd)));
+        }
+    }
     for (tile, evs) in s.events.iter_mut() {
         // A tile's events in time order (sends and receptions were placed independently).
         evs.sort_by_key(|e| match e {
             Event::Pointer { at, .. } | Event::Mux { at, .. } | Event::Send { at, .. } => *at,
             Event::Expect(_) | Event::Drain { .. } => 0,
         });
-        if let Some(words) = expected.get(tile) {
+        if let Some(words) = st.expected.get(tile) {
             evs.insert(0, Event::Expect(*words));
         }
         // The closing sync waits for the tile's own events and for its sent words to land.
-        let until = busy[tile].end().max(*arrived.get(tile).unwrap_or(&0));
+        let until = st.busy[tile].end().max(*st.arrived.get(tile).unwrap_or(&0));
         evs.push(Event::Drain { until });
         s.horizon = s.horizon.max(until);
     }
