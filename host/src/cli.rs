@@ -209,12 +209,17 @@ enum Cmd {
 }
 
 const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
-  matmul   a, b, transpose_a, transpose_b, leading batch dims, alpha, accumulate = f16|f32, dtype
-           (f16 output of f32 accumulation for a single matmul)
-  cast     input, dtype (f16 <-> f8e4m3 / f8e5m2, f32 <-> f16), power-of-two scale
-  softmax  input (last axis, f32 statistics)
-  add      a, b (NumPy broadcasting, f16): after a matmul, its bias (a column vector) or a residual
-  gelu     input, approximate = \"tanh\" (f16, f32 arithmetic): after a matmul (and its bias)
+  matmul     a, b, transpose_a, transpose_b, leading batch dims, alpha, accumulate = f16|f32, dtype
+             (f16 output of f32 accumulation: rank-2 matmuls)
+  cast       input, dtype (f16 <-> f8e4m3 / f8e5m2, f32 <-> f16), power-of-two scale
+  softmax    input (last axis, f32 statistics)
+  add        a, b (NumPy broadcasting, f16): after a matmul, its bias (a column vector) or a residual
+  gelu       input, approximate = \"tanh\" (f16, f32 arithmetic): after a matmul (and its bias)
+  layernorm  input, gamma?, beta?, eps? (last axis, f16, f32 statistics)
+  reshape    input, shape (no data movement)
+  transpose  input, perm (keeping the last axis: no data movement; swapping the last two: a kernel)
+A graph the single planners cannot take whole is planned as stages joined by on-chip
+redistributions (docs/graph-planner.md); see examples/encoder_block/.
 
 PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale
 

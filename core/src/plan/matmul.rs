@@ -522,15 +522,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             Kernel::AddF16 => "residual",
             _ => "convert",
         };
-        p.steps.push(Step::Phase(phase.into()));
-        p.buffers.push(Buffer {
-            name: name.clone(),
-            bytes: 4 * words.len() as u32,
-            align: 16,
-            kind: MemKind::Descriptor,
-            init: words,
-        });
-        p.steps.push(Step::RunAll(kernel, name, issues));
+        p.launch(phase.into(), kernel, name, words, issues);
     }
     let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };

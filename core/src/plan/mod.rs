@@ -350,13 +350,15 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let cut = stages::partition(graph);
-    let own_rows = (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
+    // A lone row op (layernorm, transpose) and any view need the stage planner even as one stage.
+    let needs_stages = cut.len() > 1
+        || (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
         || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
     let mut plan = match single(graph, opts) {
         Ok(p) => p,
         // When a row-chain stage refuses, the whole-graph error says more (the same planner
         // refused a larger piece, with the reason in the user's terms).
-        Err(whole) if cut.len() > 1 || own_rows => {
+        Err(whole) if needs_stages => {
             stages::plan(graph, opts, &cut).map_err(|(e, in_chain)| if in_chain { whole } else { e })?
         }
         Err(e) => return Err(e),
@@ -458,8 +460,13 @@ fn merge_descriptors(tile: &mut TilePlan) {
 }
 
 /// Refuse a tile whose buffers cannot fit, naming the model tensor behind the largest buffer.
+/// Bytes a tile's buffers take once placed (each rounded up to 16, as the linker aligns them).
+pub(crate) fn placed_bytes(buffers: &[Buffer]) -> u64 {
+    buffers.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum()
+}
+
 fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanError> {
-    let total: u64 = plan.buffers.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum();
+    let total = placed_bytes(&plan.buffers);
     let limit = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
     if total <= limit {
         return Ok(());

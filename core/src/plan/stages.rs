@@ -162,11 +162,6 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
 /// Plan the stages and join them with redistributions. An error says whether a row-chain stage
 /// refused (`true`): the caller may prefer the whole-graph planner's reason then.
 pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan, (PlanError, bool)> {
-    let mut in_chain = false;
-    join(g, opts, stages, &mut in_chain).map_err(|e| (e, in_chain))
-}
-
-fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool) -> Result<Plan, PlanError> {
     let mut merged = Plan {
         tiles: vec![TilePlan::default(); opts.tiles],
         bindings: Vec::new(),
@@ -190,19 +185,17 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             other => other,
         };
         let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
-        let mut p = if super::transpose::swaps_last_two(g, ops[0]) {
-            super::transpose::plan(&sub, 0, opts.tiles)
+        // The stage's mapping; a row-chain stage's refusal is marked as such.
+        let (planned, chain_stage) = if super::transpose::swaps_last_two(g, ops[0]) {
+            (super::transpose::plan(&sub, 0, opts.tiles), false)
         } else if row_op(g, ops[0]) {
-            super::rows::layernorm(&sub, 0, opts.tiles)
+            (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {
-            super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub))
+            (super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub)), false)
         } else {
-            *in_chain = true;
-            let p = chain::plan(&sub, stage_opts);
-            *in_chain = p.is_err();
-            p
-        }
-        .map_err(global)?;
+            (chain::plan(&sub, stage_opts), true)
+        };
+        let mut p = planned.map_err(|e| (global(e), chain_stage))?;
         let tag = format!("g{k}_");
         rename(&mut p, &tag);
         let mut moves: Vec<Move> = Vec::new();
@@ -217,7 +210,7 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             } else if let Some(from) = held.get(&base_of(b.tensor)) {
                 if b.transpose {
                     let reader = ops.iter().copied().find(|&i| g.ops[i].kind.operands().contains(&b.tensor));
-                    return Err(PlanError::Unsupported(
+                    return Err(unsupported(
                         reader.unwrap_or(ops[0]),
                         format!(
                             "`{name}` is made on the chip and read transposed here; transposing on the chip \
@@ -227,12 +220,11 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
                 }
                 let view = views.get(&b.tensor).map(|v| v.1.clone()).unwrap_or_default();
                 moves.extend(
-                    redistribute::moves(name, from, &b.slices, &view)
-                        .map_err(|e| PlanError::Unsupported(ops[0], e))?,
+                    redistribute::moves(name, from, &b.slices, &view).map_err(|e| unsupported(ops[0], e))?,
                 );
                 moved.push(name.clone());
             } else if views.contains_key(&b.tensor) {
-                return Err(PlanError::Unsupported(
+                return Err(unsupported(
                     ops[0],
                     format!(
                         "`{name}` is a view of a model input that no earlier op reads; read the input itself"
@@ -244,8 +236,8 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             }
         }
         if !moves.is_empty() {
-            let step = redistribute::superstep(&moves, &format!("x{k}_"))
-                .map_err(|e| PlanError::Unsupported(ops[0], e))?;
+            let step =
+                redistribute::superstep(&moves, &format!("x{k}_")).map_err(|e| unsupported(ops[0], e))?;
             merged.exchange_bytes += step.exchange_bytes;
             if !step.events.is_empty() {
                 merged.horizons.push(step.horizon);
@@ -259,12 +251,12 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             );
         }
         let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
-        let bytes = |b: &[super::Buffer]| b.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum::<u64>();
         for (t, tp) in p.tiles.into_iter().enumerate() {
-            let (before, needed) = (bytes(&merged.tiles[t].buffers), bytes(&tp.buffers));
+            let (before, needed) =
+                (super::placed_bytes(&merged.tiles[t].buffers), super::placed_bytes(&tp.buffers));
             if before + needed > limit {
                 let free = limit.saturating_sub(before);
-                return Err(PlanError::NoRoom { tile: t as u16, op: ops[0], needed, free });
+                return Err((PlanError::NoRoom { tile: t as u16, op: ops[0], needed, free }, false));
             }
             merged.tiles[t].buffers.extend(tp.buffers);
             merged.tiles[t].steps.extend(tp.steps);
@@ -286,7 +278,7 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
             let name = &g.tensor(o).name;
             let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
             let Some(slices) = held.get(base).filter(|_| view.steps.is_empty()) else {
-                return Err(PlanError::Unsupported(
+                return Err(unsupported(
                     producer,
                     format!("output `{name}` is a transpose view; make it an op's result (e.g. add a cast) or output the tensor it views"),
                 ));
@@ -301,6 +293,11 @@ fn join(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>], in_chain: &mut bool
     }
     merged.cost = cost::predict(&merged.tiles, &merged.horizons);
     Ok(merged)
+}
+
+/// A refusal that is not a row-chain stage's own.
+fn unsupported(op: usize, why: String) -> (PlanError, bool) {
+    (PlanError::Unsupported(op, why), false)
 }
 
 /// Prefix every buffer name of a stage's plan (buffers, descriptor words, steps, exchange events,
