@@ -12,6 +12,10 @@ use alloc::vec::Vec;
 use crate::target::MUX_NONE;
 use crate::topology::latency;
 
+/// A buffer's name as the exchange carries it: shared, so that the millions of events and
+/// transfers of a large redistribution copy a pointer, not the name.
+pub type Name = alloc::sync::Arc<str>;
+
 /// Move `words` 32-bit words from `src+src_off` on `sender` to `dst+dst_off` on `receiver`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transfer {
@@ -20,11 +24,11 @@ pub struct Transfer {
     /// Receiving tile.
     pub receiver: u16,
     /// Source buffer.
-    pub src: String,
+    pub src: Name,
     /// Offset in it.
     pub src_off: u32,
     /// Destination buffer.
-    pub dst: String,
+    pub dst: Name,
     /// Offset in it.
     pub dst_off: u32,
     /// Words.
@@ -41,7 +45,7 @@ pub enum Event {
         /// Effective cycle.
         at: u64,
         /// Buffer.
-        buffer: String,
+        buffer: Name,
         /// Offset.
         offset: u32,
     },
@@ -57,7 +61,7 @@ pub enum Event {
         /// First word's cycle.
         at: u64,
         /// Buffer.
-        buffer: String,
+        buffer: Name,
         /// Offset.
         offset: u32,
         /// Words.
@@ -228,14 +232,18 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
             busy.insert(p.sender, start + w);
             s.events.entry(p.sender).or_default().push(Event::Send {
                 at: start,
-                buffer: p.buffer.clone(),
+                buffer: p.buffer.as_str().into(),
                 offset: p.offset,
                 words: p.words,
             });
             for &r in &rx {
                 let arrive = start + latency(p.sender, r) as u64;
                 let ev = s.events.entry(r).or_default();
-                ev.push(Event::Pointer { at: arrive - 1, buffer: p.buffer.clone(), offset: p.offset });
+                ev.push(Event::Pointer {
+                    at: arrive - 1,
+                    buffer: p.buffer.as_str().into(),
+                    offset: p.offset,
+                });
                 ev.push(Event::Mux { at: arrive, source: p.sender });
                 busy.insert(r, arrive + 1);
                 landed.insert(r, arrive + w);
@@ -243,9 +251,9 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
                 transfers.push(Transfer {
                     sender: p.sender,
                     receiver: r,
-                    src: p.buffer.clone(),
+                    src: p.buffer.as_str().into(),
                     src_off: p.offset,
-                    dst: p.buffer.clone(),
+                    dst: p.buffer.as_str().into(),
                     dst_off: p.offset,
                     words: p.words,
                 });
@@ -308,59 +316,75 @@ pub fn check_issue(tile: u16, events: &[Event]) -> Result<u64, ScheduleError> {
     Ok(t)
 }
 
-/// Words a tile takes from the fabric with arrival cycles in `[from, to)`: those of the sender its
-/// mux selects at each arrival (docs/target.md §5).
-fn taken(
-    streams: &BTreeMap<u16, Vec<(u64, &str, u32)>>,
-    mux: &[(u64, u16)],
-    tile: u16,
-    from: u64,
-    to: u64,
-) -> usize {
-    let mut n = 0;
-    for j in mux.partition_point(|x| x.0 <= from).saturating_sub(1)..mux.len() {
-        let (m0, source) = mux[j];
-        if m0 >= to {
-            break;
-        }
-        let m1 = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
-        let (lo, hi) = (m0.max(from), m1.min(to));
-        if lo >= hi || source == MUX_NONE {
-            continue;
-        }
-        if let Some(st) = streams.get(&source) {
-            let lat = latency(source, tile) as u64;
-            n += st.partition_point(|w| w.0 + lat < hi) - st.partition_point(|w| w.0 + lat < lo);
-        }
-    }
-    n
-}
+/// A word a receiver takes from the fabric: sender, source buffer and offset, and where it lands
+/// (`None`: no incoming pointer was set yet).
+type Landing = (u16, u32, u32, Option<(u32, u32)>);
 
-/// Buffer and byte range `[lo, hi)` of words meant for one receiver.
-type WordRange<'a> = (&'a str, u32, u32);
+/// A word on the fabric: cycle, buffer (interned name), byte offset.
+type Word = (u64, u32, u32);
+
+/// Every word `tile` takes, in arrival order: the words of the sender its mux selects at each
+/// arrival (docs/target.md §5), written at the incoming pointer advanced by one word per word
+/// taken since the pointer was set.
+fn landings(streams: &BTreeMap<u16, Vec<Word>>, mux: &[(u64, u16)], ptr: &[Word], tile: u16) -> Vec<Landing> {
+    let mut takes: Vec<(u64, u16, u32, u32)> = Vec::new();
+    for (j, &(from, source)) in mux.iter().enumerate() {
+        let Some(stream) = streams.get(&source).filter(|_| source != MUX_NONE) else { continue };
+        let until = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
+        let lat = latency(source, tile) as u64;
+        let first = stream.partition_point(|w| w.0 + lat < from);
+        let last = stream.partition_point(|w| w.0 + lat < until);
+        takes.extend(stream[first..last].iter().map(|&(c, b, o)| (c + lat, source, b, o)));
+    }
+    let mut out = Vec::with_capacity(takes.len());
+    let (mut k, mut since) = (0usize, 0usize);
+    for (i, &(arrival, source, b, o)) in takes.iter().enumerate() {
+        // The pointer in force: the last one set at or before the arrival (arrivals only grow).
+        let mut k_now = k;
+        while k_now < ptr.len() && ptr[k_now].0 <= arrival {
+            k_now += 1;
+        }
+        if k_now != k {
+            k = k_now;
+            since = takes.partition_point(|x| x.0 < ptr[k - 1].0);
+        }
+        let dst = (k > 0).then(|| (ptr[k - 1].1, ptr[k - 1].2 + 4 * (i - since) as u32));
+        out.push((source, b, o, dst));
+    }
+    out
+}
 
 /// Check the events against the fabric model: every word of every transfer is selected by its
 /// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
 /// receive it (by some transfer of the same words) takes it.
-pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleError> {
+pub fn validate<'a>(transfers: &'a [Transfer], s: &'a Schedule) -> Result<(), ScheduleError> {
     for (&tile, evs) in &s.events {
         check_issue(tile, evs)?;
     }
+    // Buffer names interned once, so that the per-word work compares integers.
+    let mut names: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut id = |name: &'a str| -> u32 {
+        let n = names.len() as u32;
+        *names.entry(name).or_insert(n)
+    };
+    let ids: Vec<(u32, u32)> = transfers.iter().map(|t| (id(&t.src), id(&t.dst))).collect();
     // Each sender's stream (cycle, buffer, offset of the word), and each tile's mux and pointer
     // timelines, all sorted by cycle so that lookups are binary searches.
-    let mut streams: BTreeMap<u16, Vec<(u64, &str, u32)>> = BTreeMap::new();
+    let mut streams: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
     let mut muxes: BTreeMap<u16, Vec<(u64, u16)>> = BTreeMap::new();
-    let mut ptrs: BTreeMap<u16, Vec<(u64, &str, u32)>> = BTreeMap::new();
+    let mut ptrs: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
     for (tile, evs) in &s.events {
         for e in evs {
             match e {
                 Event::Send { at, buffer, offset, words } => {
+                    let b = id(buffer);
                     let st = streams.entry(*tile).or_default();
-                    st.extend((0..*words).map(|i| (at + i as u64, buffer.as_str(), offset + 4 * i)));
+                    st.extend((0..*words).map(|i| (at + i as u64, b, offset + 4 * i)));
                 }
                 Event::Mux { at, source } => muxes.entry(*tile).or_default().push((*at, *source)),
                 Event::Pointer { at, buffer, offset } => {
-                    ptrs.entry(*tile).or_default().push((*at, buffer.as_str(), *offset))
+                    let b = id(buffer);
+                    ptrs.entry(*tile).or_default().push((*at, b, *offset))
                 }
                 _ => {}
             }
@@ -375,68 +399,69 @@ pub fn validate(transfers: &[Transfer], s: &Schedule) -> Result<(), ScheduleErro
     for v in ptrs.values_mut() {
         v.sort_by_key(|p| p.0);
     }
-    let empty: Vec<(u64, &str, u32)> = Vec::new();
-    // 1. Every word of every transfer is selected by its receiver and lands at the right offset.
-    for t in transfers {
-        let stream = streams.get(&t.sender).unwrap_or(&empty);
-        let lat = latency(t.sender, t.receiver) as u64;
-        let mine = || {
-            stream
-                .iter()
-                .filter(|(_, b, o)| *b == t.src && *o >= t.src_off && *o < t.src_off + 4 * t.words)
-                .map(|w| w.0)
-        };
-        if mine().count() != t.words as usize {
+    // 1. A sender sends each word of a transfer exactly once: its words indexed by
+    //    (buffer, offset), so a transfer finds them by binary search.
+    let by_word: BTreeMap<u16, Vec<(u32, u32)>> = streams
+        .iter()
+        .map(|(&tile, st)| {
+            let mut v: Vec<(u32, u32)> = st.iter().map(|&(_, b, o)| (b, o)).collect();
+            v.sort_unstable();
+            (tile, v)
+        })
+        .collect();
+    for (t, &(src, _)) in transfers.iter().zip(&ids) {
+        let words = by_word.get(&t.sender).map(Vec::as_slice).unwrap_or(&[]);
+        let first = words.partition_point(|w| *w < (src, t.src_off));
+        let last = words.partition_point(|w| *w < (src, t.src_off + 4 * t.words));
+        if last - first != t.words as usize {
             return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
         }
-        let mux = muxes.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
-        let ptr = ptrs.get(&t.receiver).map(Vec::as_slice).unwrap_or(&[]);
-        for (i, sent) in mine().enumerate() {
-            let arrival = sent + lat;
-            let bad = ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: i as u32 };
-            let m = mux.partition_point(|x| x.0 <= arrival);
-            if m == 0 || mux[m - 1].1 != t.sender {
-                return Err(bad);
+    }
+    // 2. What every tile takes and where it lands, sorted by (sender, buffer, offset).
+    let mut landed: BTreeMap<u16, (Vec<Landing>, Vec<bool>)> = BTreeMap::new();
+    for (&tile, mux) in &muxes {
+        let ptr = ptrs.get(&tile).map(Vec::as_slice).unwrap_or(&[]);
+        let mut l = landings(&streams, mux, ptr, tile);
+        l.sort_unstable();
+        let n = l.len();
+        landed.insert(tile, (l, alloc::vec![false; n]));
+    }
+    // 3. Every word of every transfer was taken by its receiver and landed at the right offset.
+    //    Transfers are visited in the landings' order, so one cursor per receiver walks its
+    //    landings once (a binary search per transfer misses the cache on millions of them).
+    let mut order: Vec<usize> = (0..transfers.len()).collect();
+    order.sort_unstable_by_key(|&i| {
+        (transfers[i].receiver, transfers[i].sender, ids[i].0, transfers[i].src_off)
+    });
+    let mut cursor = (u16::MAX, 0usize);
+    for i in order {
+        let (t, (src, dst)) = (&transfers[i], ids[i]);
+        let bad = |word: usize| ScheduleError::Misrouted {
+            sender: t.sender,
+            receiver: t.receiver,
+            word: word as u32,
+        };
+        let Some((l, used)) = landed.get_mut(&t.receiver) else { return Err(bad(0)) };
+        if cursor.0 != t.receiver {
+            cursor = (t.receiver, 0);
+        }
+        while cursor.1 < l.len() && (l[cursor.1].0, l[cursor.1].1, l[cursor.1].2) < (t.sender, src, t.src_off)
+        {
+            cursor.1 += 1;
+        }
+        let at = cursor.1;
+        for i in 0..t.words as usize {
+            let want = (t.sender, src, t.src_off + 4 * i as u32, Some((dst, t.dst_off + 4 * i as u32)));
+            if l.get(at + i) != Some(&want) {
+                return Err(bad(i));
             }
-            // Pointer: last set at or before the arrival, advanced by the words the tile took since.
-            let k = ptr.partition_point(|x| x.0 <= arrival);
-            if k == 0 {
-                return Err(bad);
-            }
-            let (set, buf, off) = ptr[k - 1];
-            let landed_since = taken(&streams, mux, t.receiver, set, arrival);
-            if buf != t.dst || off + 4 * landed_since as u32 != t.dst_off + 4 * i as u32 {
-                return Err(bad);
-            }
+            used[at + i] = true;
         }
     }
-    // 2. No tile takes a word not meant for it: walk every interval in which a tile's mux selects
-    //    a sender and check each word of that sender arriving in it.
-    let mut meant: BTreeMap<(u16, u16), Vec<WordRange>> = BTreeMap::new();
-    for t in transfers {
-        meant.entry((t.sender, t.receiver)).or_default().push((
-            t.src.as_str(),
-            t.src_off,
-            t.src_off + 4 * t.words,
-        ));
-    }
-    for (&tile, mux) in &muxes {
-        for (j, &(from, source)) in mux.iter().enumerate() {
-            let Some(stream) = streams.get(&source) else { continue };
-            let until = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
-            let lat = latency(source, tile) as u64;
-            let first = stream.partition_point(|w| w.0 + lat < from);
-            let last = stream.partition_point(|w| w.0 + lat < until);
-            let ok = meant.get(&(source, tile)).map(Vec::as_slice).unwrap_or(&[]);
-            for (k, (_, b, o)) in stream[first..last].iter().enumerate() {
-                if !ok.iter().any(|(mb, lo, hi)| mb == b && o >= lo && o < hi) {
-                    return Err(ScheduleError::Misrouted {
-                        sender: source,
-                        receiver: tile,
-                        word: (first + k) as u32,
-                    });
-                }
-            }
+    // 4. No tile takes a word not meant for it.
+    for (&tile, (l, used)) in &landed {
+        if let Some(i) = used.iter().position(|u| !u) {
+            return Err(ScheduleError::Misrouted { sender: l[i].0, receiver: tile, word: i as u32 });
         }
     }
     Ok(())
@@ -508,5 +533,35 @@ mod tests {
             validate(&transfers, &s),
             Err(ScheduleError::Misrouted { sender: 0, receiver: 3, .. })
         ));
+    }
+
+    #[test]
+    fn validation_rejects_words_landing_at_the_wrong_offset() {
+        // Tile 2's pointer for tile 0's piece is set one word too far: every word lands shifted.
+        let tiles = [0u16, 1, 2];
+        let (mut s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 4))]).unwrap();
+        let ev = s.events.get_mut(&2).unwrap();
+        let mux = ev.iter().position(|e| matches!(e, Event::Mux { source: 0, .. })).unwrap();
+        if let Event::Pointer { offset, .. } = &mut ev[mux - 1] {
+            *offset += 4;
+        } else {
+            panic!("the pointer is set just before the mux: {:?}", ev[mux - 1]);
+        }
+        assert_eq!(
+            validate(&transfers, &s),
+            Err(ScheduleError::Misrouted { sender: 0, receiver: 2, word: 0 })
+        );
+    }
+
+    #[test]
+    fn validation_rejects_a_word_sent_twice() {
+        // Tile 0 sends its piece a second time after everything landed; nobody selects it, but a
+        // transfer's words must leave the sender exactly once.
+        let tiles = [0u16, 1];
+        let (mut s, transfers) = all_gather(&[(tiles.to_vec(), pieces(&tiles, 4))]).unwrap();
+        let again = Event::Send { at: s.horizon + 10, buffer: "k".into(), offset: 0, words: 4 };
+        s.events.get_mut(&0).unwrap().push(again);
+        let r = validate(&transfers, &s);
+        assert!(matches!(r, Err(ScheduleError::Misrouted { sender: 0, .. })), "{r:?} {:?}", s.events[&0]);
     }
 }

@@ -15,6 +15,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::exchange::Name;
 use super::scatter::{scatter, Multicast};
 use super::{cost, Buffer, Kernel, MemKind, SliceRef, Step, TilePlan, Word};
 
@@ -24,13 +25,13 @@ pub struct Move {
     /// Source tile.
     pub from: u16,
     /// Source buffer.
-    pub src: String,
+    pub src: Name,
     /// Byte offset in it.
     pub src_off: u32,
     /// Destination tile.
     pub to: u16,
     /// Destination buffer.
-    pub dst: String,
+    pub dst: Name,
     /// Byte offset in it.
     pub dst_off: u32,
     /// Words.
@@ -224,6 +225,9 @@ pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
     Ok(out)
 }
 
+/// Receiving tile, destination buffer, byte offset.
+type Receiver<'a> = (u16, &'a Name, u32);
+
 /// Sender, source buffer, byte offset, words.
 type SourceRange<'a> = (u16, &'a str, u32, u32);
 
@@ -233,23 +237,27 @@ type SourceRange<'a> = (u16, &'a str, u32, u32);
 fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
     let mut cuts: BTreeMap<(u16, &str), BTreeSet<u32>> = BTreeMap::new();
     for m in remote {
-        let c = cuts.entry((m.from, m.src.as_str())).or_default();
+        let c = cuts.entry((m.from, &*m.src)).or_default();
         c.insert(m.src_off);
         c.insert(m.src_off + 4 * m.words);
     }
-    let mut groups: BTreeMap<SourceRange, Vec<(u16, &str, u32)>> = BTreeMap::new();
+    let mut groups: BTreeMap<SourceRange, (&Name, Vec<Receiver>)> = BTreeMap::new();
     for m in remote {
-        let c = &cuts[&(m.from, m.src.as_str())];
+        let c = &cuts[&(m.from, &*m.src)];
         let end = m.src_off + 4 * m.words;
         let mut lo = m.src_off;
         for &hi in c.range(m.src_off + 1..=end) {
-            let to = (m.to, m.dst.as_str(), m.dst_off + (lo - m.src_off));
-            groups.entry((m.from, m.src.as_str(), lo, (hi - lo) / 4)).or_default().push(to);
+            let to = (m.to, &m.dst, m.dst_off + (lo - m.src_off));
+            groups
+                .entry((m.from, &*m.src, lo, (hi - lo) / 4))
+                .or_insert_with(|| (&m.src, Vec::new()))
+                .1
+                .push(to);
             lo = hi;
         }
     }
     let mut pieces: Vec<Multicast> = Vec::new();
-    for ((from, src, off, words), mut to) in groups {
+    for ((from, src, off, words), (name, mut to)) in groups {
         to.sort();
         to.dedup();
         if to.windows(2).any(|w| w[0].0 == w[1].0) {
@@ -257,14 +265,14 @@ fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
         }
         if let Some(last) = pieces.last_mut() {
             let joins = last.sender == from
-                && last.src == src
+                && *last.src == *src
                 && last.src_off + 4 * last.words == off
                 && last.to.len() == to.len()
                 && last
                     .to
                     .iter()
                     .zip(&to)
-                    .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 + 4 * last.words == b.2);
+                    .all(|(a, b)| a.0 == b.0 && a.1 == *b.1 && a.2 + 4 * last.words == b.2);
             if joins {
                 last.words += words;
                 continue;
@@ -272,10 +280,10 @@ fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
         }
         pieces.push(Multicast {
             sender: from,
-            src: src.into(),
+            src: name.clone(),
             src_off: off,
             words,
-            to: to.into_iter().map(|(t, d, o)| (t, d.into(), o)).collect(),
+            to: to.into_iter().map(|(t, d, o)| (t, d.clone(), o)).collect(),
         });
     }
     Ok(pieces)
@@ -311,8 +319,8 @@ fn copy_launch(ms: &[&Move], tag: &str) -> (Vec<Buffer>, u64) {
         desc.push(Word::Const(0));
         desc.push(Word::Const(0));
         for (n, m, done) in l {
-            list.push(Word::Sym(m.src.clone(), m.src_off + 4 * done));
-            list.push(Word::Sym(m.dst.clone(), m.dst_off + 4 * done));
+            list.push(Word::Sym(String::from(&*m.src), m.src_off + 4 * done));
+            list.push(Word::Sym(String::from(&*m.dst), m.dst_off + 4 * done));
             list.push(Word::Const(*n));
         }
         issues = issues.max(cost::copy_issues(&l.iter().map(|x| x.0).collect::<Vec<_>>()));

@@ -12,11 +12,10 @@
 //! [`exchange::validate`] before it is returned.
 
 use alloc::collections::{BTreeMap, BinaryHeap};
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
+use super::exchange::{self, Event, Name, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
 use crate::target::MUX_NONE;
 use crate::topology::latency;
 
@@ -26,45 +25,60 @@ pub struct Multicast {
     /// Sending tile.
     pub sender: u16,
     /// Source buffer on the sender.
-    pub src: String,
+    pub src: Name,
     /// Byte offset in it (4-aligned).
     pub src_off: u32,
     /// Words.
     pub words: u32,
     /// Receivers: tile, destination buffer, byte offset (4-aligned). Never the sender.
-    pub to: Vec<(u16, String, u32)>,
+    pub to: Vec<(u16, Name, u32)>,
 }
 
-/// Cycles a tile's supervisor is occupied: disjoint `[start, end)` intervals keyed by start.
+/// Cycles a tile's supervisor is occupied: disjoint `[start, end)` intervals keyed by start,
+/// touching intervals merged, and the end of the last one kept so that the common query (a cycle
+/// after everything the tile has been given so far) needs no search.
 #[derive(Default)]
-struct Busy(BTreeMap<u64, u64>);
+struct Busy {
+    spans: BTreeMap<u64, u64>,
+    end: u64,
+}
 
 impl Busy {
     /// End of an occupied interval that overlaps `[a, b)`, if any.
     fn conflict(&self, a: u64, b: u64) -> Option<u64> {
-        self.0.range(..b).next_back().and_then(|(_, &end)| (end > a).then_some(end))
+        if a >= self.end {
+            return None;
+        }
+        self.spans.range(..b).next_back().and_then(|(_, &end)| (end > a).then_some(end))
     }
-    fn take(&mut self, a: u64, b: u64) {
-        self.0.insert(a, b);
-    }
-    fn end(&self) -> u64 {
-        self.0.values().copied().max().unwrap_or(0)
+    fn take(&mut self, mut a: u64, mut b: u64) {
+        // Join an interval ending at `a` and one starting at `b` (the caller never overlaps).
+        if let Some((&s, &e)) = self.spans.range(..=a).next_back() {
+            if e == a {
+                a = s;
+            }
+        }
+        if let Some(e) = self.spans.remove(&b) {
+            b = e;
+        }
+        self.spans.insert(a, b);
+        self.end = self.end.max(b);
     }
 }
 
-/// What the scheduler knows about every tile so far.
+/// What the scheduler knows about every tile so far, indexed by tile.
 #[derive(Default)]
 struct State {
     /// Each tile's occupied supervisor cycles (receivers start with their `Expect`).
-    busy: BTreeMap<u16, Busy>,
+    busy: Vec<Busy>,
     /// A sender's next free send cycle.
-    send_end: BTreeMap<u16, u64>,
+    send_end: Vec<u64>,
     /// A receiver's cycle after its last landed word (pieces reach a receiver one after another).
-    landed: BTreeMap<u16, u64>,
+    landed: Vec<u64>,
     /// The cycle after a sender's last word lands anywhere.
-    arrived: BTreeMap<u16, u64>,
-    /// Words each receiver expects.
-    expected: BTreeMap<u16, u32>,
+    arrived: Vec<u64>,
+    /// Words each receiver expects (`None`: not a receiver).
+    expected: Vec<Option<u32>>,
 }
 
 impl State {
@@ -73,17 +87,18 @@ impl State {
     /// each receiver's pointer, mux and park cycles on free supervisor cycles.
     fn earliest(&self, p: &Multicast) -> u64 {
         let w = p.words as u64;
-        let mut start = *self.send_end.get(&p.sender).unwrap_or(&0);
+        let mut start = self.send_end[p.sender as usize];
         for (r, _, _) in &p.to {
-            let ready = (*self.landed.get(r).unwrap_or(&0)).max(EXPECT_CYCLES) + 1;
+            let ready = self.landed[*r as usize].max(EXPECT_CYCLES) + 1;
             start = start.max(ready.saturating_sub(latency(p.sender, *r) as u64));
         }
         loop {
-            let mut later = self.busy.get(&p.sender).and_then(|b| b.conflict(start, start + w));
+            let mut later = self.busy[p.sender as usize].conflict(start, start + w);
             for (r, _, _) in &p.to {
                 let arrive = start + latency(p.sender, *r) as u64;
+                let b = &self.busy[*r as usize];
                 for c in [arrive - 1, arrive, arrive + w] {
-                    if let Some(end) = self.busy.get(r).and_then(|b| b.conflict(c, c + 1)) {
+                    if let Some(end) = b.conflict(c, c + 1) {
                         later = Some(later.unwrap_or(0).max(start + (end - c)));
                     }
                 }
@@ -98,8 +113,8 @@ impl State {
     /// Place piece `p` at `start`: its events, and the transfers they implement.
     fn place(&mut self, p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
         let w = p.words as u64;
-        self.busy.entry(p.sender).or_default().take(start, start + w);
-        self.send_end.insert(p.sender, start + w);
+        self.busy[p.sender as usize].take(start, start + w);
+        self.send_end[p.sender as usize] = start + w;
         s.events.entry(p.sender).or_default().push(Event::Send {
             at: start,
             buffer: p.src.clone(),
@@ -108,7 +123,7 @@ impl State {
         });
         for (r, dst, dst_off) in &p.to {
             let arrive = start + latency(p.sender, *r) as u64;
-            let b = self.busy.entry(*r).or_default();
+            let b = &mut self.busy[*r as usize];
             for c in [arrive - 1, arrive, arrive + w] {
                 b.take(c, c + 1);
             }
@@ -116,9 +131,9 @@ impl State {
             ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
             ev.push(Event::Mux { at: arrive, source: p.sender });
             ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
-            self.landed.insert(*r, arrive + w);
-            *self.expected.entry(*r).or_insert(0) += p.words;
-            let a = self.arrived.entry(p.sender).or_insert(0);
+            self.landed[*r as usize] = arrive + w;
+            *self.expected[*r as usize].get_or_insert(0) += p.words;
+            let a = &mut self.arrived[p.sender as usize];
             *a = (*a).max(arrive + w);
             transfers.push(Transfer {
                 sender: p.sender,
@@ -138,18 +153,26 @@ impl State {
 /// (list scheduling; ties to the lower sender). Start times only grow as pieces are placed, so a
 /// lazily re-checked heap finds that piece without re-evaluating every sender each time.
 pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
-    let mut st = State::default();
+    let tiles = pieces.iter().flat_map(|p| core::iter::once(p.sender).chain(p.to.iter().map(|t| t.0))).max();
+    let n = tiles.map_or(0, |t| t as usize + 1);
+    let mut st = State {
+        busy: (0..n).map(|_| Busy::default()).collect(),
+        send_end: alloc::vec![0; n],
+        landed: alloc::vec![0; n],
+        arrived: alloc::vec![0; n],
+        expected: alloc::vec![None; n],
+    };
+    let mut receiver = alloc::vec![false; n];
     let mut queues: BTreeMap<u16, alloc::collections::VecDeque<&Multicast>> = BTreeMap::new();
     for p in pieces.iter().filter(|p| p.words > 0 && !p.to.is_empty()) {
         if let Some((r, _, _)) = p.to.iter().find(|t| t.0 == p.sender) {
             return Err(ScheduleError::SendAndReceive(*r));
         }
         for (r, _, _) in &p.to {
-            st.busy.entry(*r).or_insert_with(|| {
-                let mut b = Busy::default();
-                b.take(0, EXPECT_CYCLES);
-                b
-            });
+            if !receiver[*r as usize] {
+                receiver[*r as usize] = true;
+                st.busy[*r as usize].take(0, EXPECT_CYCLES);
+            }
         }
         queues.entry(p.sender).or_default().push_back(p);
     }
@@ -177,11 +200,12 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
             Event::Pointer { at, .. } | Event::Mux { at, .. } | Event::Send { at, .. } => *at,
             Event::Expect(_) | Event::Drain { .. } => 0,
         });
-        if let Some(words) = st.expected.get(tile) {
-            evs.insert(0, Event::Expect(*words));
+        let t = *tile as usize;
+        if let Some(words) = st.expected[t] {
+            evs.insert(0, Event::Expect(words));
         }
         // The closing sync waits for the tile's own events and for its sent words to land.
-        let until = st.busy[tile].end().max(*st.arrived.get(tile).unwrap_or(&0));
+        let until = st.busy[t].end.max(st.arrived[t]);
         evs.push(Event::Drain { until });
         s.horizon = s.horizon.max(until);
     }
@@ -199,7 +223,7 @@ mod tests {
             src: "s".into(),
             src_off: off,
             words,
-            to: to.iter().map(|&(t, o)| (t, String::from("d"), o)).collect(),
+            to: to.iter().map(|&(t, o)| (t, Name::from("d"), o)).collect(),
         }
     }
 

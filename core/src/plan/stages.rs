@@ -319,7 +319,7 @@ fn rename(p: &mut Plan, tag: &str) {
                 Step::Exchange(evs) => {
                     for e in evs.iter_mut() {
                         if let Event::Pointer { buffer, .. } | Event::Send { buffer, .. } = e {
-                            re(buffer);
+                            *buffer = format!("{tag}{buffer}").into();
                         }
                     }
                 }
