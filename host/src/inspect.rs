@@ -11,12 +11,20 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
     let mem = &pkg.plan.memory;
     let total = |f: fn(&ipu_schema::TileMemory) -> u32| mem.iter().map(|m| f(m) as u64).sum::<u64>();
     let size = crate::profile::table::memory_total;
-    let max_tile = mem
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, m)| (size(m), usize::MAX - i))
-        .map(|(i, m)| (i, size(m)))
+    // A tile's peak: the bytes its image occupies (segments are disjoint; buffers with disjoint
+    // lifetimes share bytes, so this can be less than the sum by kind).
+    let occupied =
+        |t: usize| pkg.tiles.get(t).map_or(0, |im| im.segments.iter().map(|s| s.len as u64).sum::<u64>());
+    let max_tile = (0..mem.len())
+        .max_by_key(|&i| (occupied(i), usize::MAX - i))
+        .map(|i| (i, occupied(i)))
         .unwrap_or((0, 0));
+    let kinds = |m: &ipu_schema::TileMemory| {
+        format!(
+            "code {} tensors {} descriptors {} exchange {} host {} profile {}",
+            m.code, m.tensors, m.descriptors, m.exchange, m.host, m.profile
+        )
+    };
     // Params are tensor memory whose values came with the package: their bytes per tile, from the
     // param bindings' slices.
     let mut params = vec![0u64; pkg.tiles.len()];
@@ -43,7 +51,9 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
                 "profile": total(|m| m.profile)},
             "profile_plan": pkg.plan.profile.as_ref().map(|p| serde_json::json!({"phases": p.phases,
                 "kernels": p.kernels, "samples": samples(p)})),
-            "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1},
+            "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1, "by_kind": mem.get(max_tile.0).map(|m| serde_json::json!({
+                "code": m.code, "tensors": m.tensors, "params": params.get(max_tile.0), "descriptors": m.descriptors,
+                "exchange": m.exchange, "host": m.host, "profile": m.profile, "sum": size(m)}))},
             "largest_params_tile": params_max.map(|(t, b)| serde_json::json!({"tile": t, "bytes": b})),
             "sections": sections.iter().map(|(k, b)| serde_json::json!({"kind": k.name(), "bytes": b.len()})).collect::<Vec<_>>(),
             "bindings": pkg.bindings.iter().map(|b| serde_json::json!({"name": b.name, "dtype": b.dtype.name(),
@@ -77,7 +87,16 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
             let _ = writeln!(out, "profile plan: none (build with --profile to profile runs)");
         }
     }
-    let _ = writeln!(out, "largest tile: {} with {} bytes of 638976", max_tile.0, max_tile.1);
+    let _ = writeln!(out, "largest tile: {} with {} bytes of 638976 at its peak", max_tile.0, max_tile.1);
+    if let Some(m) = mem.get(max_tile.0) {
+        let shared = size(m).saturating_sub(max_tile.1);
+        let _ = writeln!(
+            out,
+            "  by kind: {} (params {}); {shared} bytes shared by buffers whose lifetimes do not overlap",
+            kinds(m),
+            params.get(max_tile.0).copied().unwrap_or(0)
+        );
+    }
     if let Some((t, b)) = params_max.filter(|p| p.1 > 0) {
         let _ = writeln!(
             out,

@@ -15,7 +15,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
 
-use ipu_core::plan::{Buffer, MemKind, Word};
+use ipu_core::plan::{Buffer, Live, MemKind, Word};
 use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_SIZE};
 use ipu_runtime_tile::asm::{assemble, AsmError};
 use ipu_schema::{Segment, TileImage, TileMemory, SEG_DATA, SEG_EXEC, SEG_ZERO};
@@ -89,21 +89,24 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     let mut order: Vec<&Buffer> = buffers.iter().collect();
     order.sort_by(|a, b| b.align.cmp(&a.align).then(b.bytes.cmp(&a.bytes)).then(a.name.cmp(&b.name)));
     // The host area at the top of region 1 is reserved for the runtime's mailbox.
-    let mut free: Vec<(u32, u32)> = vec![(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let regions = [(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let mut placed: [Vec<Placed>; 2] = [Vec::new(), Vec::new()];
     let mut addr_of: BTreeMap<String, u32> = BTreeMap::new();
     for b in order {
         let align = b.align.max(8);
-        let mut placed = None;
-        for r in free.iter_mut() {
-            let start = r.0.div_ceil(align) * align;
-            if start as u64 + b.bytes as u64 <= r.1 as u64 {
-                placed = Some(start);
-                r.0 = start + b.bytes;
-                break;
+        let mut at = None;
+        let mut largest = 0;
+        for (r, p) in regions.iter().zip(placed.iter_mut()) {
+            match first_fit(*r, p, b.bytes, align, b.live) {
+                Ok(a) => {
+                    p.push(Placed { start: a, end: a + b.bytes, live: b.live });
+                    at = Some(a);
+                    break;
+                }
+                Err(gap) => largest = largest.max(gap),
             }
         }
-        let Some(a) = placed else {
-            let largest = free.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
+        let Some(a) = at else {
             return Err(LinkError::NoSpace {
                 tile,
                 buffer: b.name.clone(),
@@ -156,11 +159,21 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
         })
         .collect();
     let mut memory = TileMemory { code: code_bytes, host: HOST_AREA_BYTES, ..TileMemory::default() };
-    for b in buffers {
-        let a = addr_of[&b.name];
-        if b.init.is_empty() {
-            segments.push(Segment { addr: a, flags: SEG_DATA | SEG_ZERO, len: b.bytes, bytes: Vec::new() });
+    // Zero-filled bytes as disjoint segments (buffers with disjoint lifetimes may share bytes).
+    let mut zero: Vec<(u32, u32)> =
+        buffers.iter().filter(|b| b.init.is_empty()).map(|b| (addr_of[&b.name], b.bytes)).collect();
+    zero.sort_unstable();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for (a, n) in zero {
+        match runs.last_mut() {
+            Some(r) if a < r.0 + r.1 => r.1 = r.1.max(a + n - r.0),
+            _ => runs.push((a, n)),
         }
+    }
+    for (addr, len) in runs {
+        segments.push(Segment { addr, flags: SEG_DATA | SEG_ZERO, len, bytes: Vec::new() });
+    }
+    for b in buffers {
         let slot = match b.kind {
             MemKind::Tensor => &mut memory.tensors,
             MemKind::Descriptor => &mut memory.descriptors,
@@ -184,3 +197,32 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
 }
 
 impl core::error::Error for LinkError {}
+
+/// A placed buffer: bytes `[start, end)` and when they hold its value.
+struct Placed {
+    start: u32,
+    end: u32,
+    live: Live,
+}
+
+/// The lowest `align`-aligned address in `region` where `bytes` fit beside every placed buffer
+/// whose lifetime overlaps `live` (candidates: the region's start and each such buffer's end);
+/// otherwise the largest free gap, for the error.
+fn first_fit(region: (u32, u32), placed: &[Placed], bytes: u32, align: u32, live: Live) -> Result<u32, u32> {
+    let mut busy: Vec<(u32, u32)> =
+        placed.iter().filter(|p| p.live.overlaps(live)).map(|p| (p.start, p.end)).collect();
+    busy.sort_unstable();
+    let mut largest = 0;
+    let mut from = region.0;
+    for &(s, e) in busy.iter().chain(core::iter::once(&(region.1, region.1))) {
+        let a = from.div_ceil(align) * align;
+        if s > from {
+            largest = largest.max(s - from);
+            if a as u64 + bytes as u64 <= s as u64 {
+                return Ok(a);
+            }
+        }
+        from = from.max(e);
+    }
+    Err(largest)
+}

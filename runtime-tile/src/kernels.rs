@@ -68,6 +68,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         CastF16ToF32 => "k_cast_f16_f32",
         SoftmaxF16 => "k_softmax_f16",
         CopyWords => "k_copy_words",
+        ZeroWords => "k_zero_words",
         TransposeF16 => "k_transpose_f16",
         LayerNormF16 => "k_layernorm_f16",
         LayerNormSum => "k_layernorm_sum",
@@ -95,6 +96,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
         CopyWords => (COPY_WORDS, ""),
+        ZeroWords => (ZERO_WORDS, ""),
         TransposeF16 => (TRANSPOSE_F16, ""),
         LayerNormF16 | LayerNormSum | LayerNormVar | LayerNormApply => {
             return crate::layernorm::text(k).replace("{NAME}", label(k))
@@ -124,6 +126,29 @@ const COPY_WORDS: &str = "
     rpt $m2, 2
     { ld32pi $m7, $m3, 4 ; fnop }
     { st32pi $m7, $m4, 4 ; fnop }
+    brnzdec $m9, {NAME}_segment
+{NAME}_done:
+    exit
+";
+
+/// Word clears (`cost::zero_issues`): the worker's descriptor entry is (list, segments, 0, 0),
+/// each list entry (dst, words) with words in 1..=4095 (one `rpt`); dst 4-byte aligned. `rpt`
+/// sits at word 9 (≡ 4 mod 8 bytes), so its one-bundle body is 8-aligned.
+const ZERO_WORDS: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 4
+    add $m6, $m1, $m6
+    ld32 $m8, $m6, $m15, 0
+    ld32 $m9, $m6, $m15, 4
+    brz $m9, {NAME}_done
+    add $m9, $m9, -1
+{NAME}_segment:
+    ld32 $m4, $m8, $m15, 0
+    ld32 $m2, $m8, $m15, 4
+    add $m8, $m8, 8
+    rpt $m2, 1
+    { st32pi $m15, $m4, 4 ; fnop }
     brnzdec $m9, {NAME}_segment
 {NAME}_done:
     exit

@@ -286,6 +286,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     align: 16,
                     kind: MemKind::Descriptor,
                     init: words,
+                    live: super::Live::ALWAYS,
                 });
                 p.steps.push(Step::RunAll(k, desc, n));
             };
@@ -340,6 +341,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     align: 16,
                     kind: MemKind::Tensor,
                     init: vec![],
+                    live: super::Live::ALWAYS,
                 });
                 if t == first || g.outputs.contains(&t) {
                     slices.entry(t).or_default().extend(tslices);
@@ -351,6 +353,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 align: 16,
                 kind: MemKind::Tensor,
                 init: vec![],
+                live: super::Live::ALWAYS,
             });
             // Side operands: weight blocks for each matmul, per batch entry.
             let mut side_layout: BTreeMap<TensorId, (u64, u64, u64, u64, u64)> = BTreeMap::new(); // be, cols, kb, nb, elt
@@ -382,6 +385,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         align: 16,
                         kind: MemKind::Tensor,
                         init: vec![],
+                        live: super::Live::ALWAYS,
                     });
                 }
                 let st = g.tensor(src);
@@ -644,6 +648,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         profile: None,
         exchange_bytes,
         eliminated_clears,
+        cleared_bytes: 0,
         mapping: vec![format!(
             "row chain of {} ops: batch {batch:?} × {m} rows over {used} tiles ({rows_per_tile} rows per tile), side casts {} (exchange bytes {exchange_bytes})",
             chain.len(),

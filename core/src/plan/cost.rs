@@ -27,6 +27,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         | Kernel::CastF16ToF32 => chain_issues(kernel, count as u64),
         Kernel::BiasF16 => bias_issues(count as u64, 1),
         Kernel::CopyWords => copy_issues(&[count]),
+        Kernel::ZeroWords => zero_issues(&[count]),
         Kernel::TransposeF16 => transpose_issues(1, count as u64),
         Kernel::LayerNormF16 => layernorm_issues(1, count as u64 / 4, count as u64 % 4),
         Kernel::LayerNormSum | Kernel::LayerNormVar | Kernel::LayerNormApply => {
@@ -82,6 +83,16 @@ pub fn copy_issues(segments: &[u32]) -> u64 {
         return 6;
     }
     7 + segments.iter().map(|&w| 7 + 2 * w as u64).sum::<u64>()
+}
+
+/// Worker issues of `zero_words` for one worker's list of segments (words each): shl, add,
+/// 2×ld32, brz, add (6); per segment 2×ld32, add, rpt (4), one bundle per word, brnzdec; exit.
+/// An empty list exits after the branch.
+pub fn zero_issues(segments: &[u32]) -> u64 {
+    if segments.is_empty() {
+        return 6;
+    }
+    7 + segments.iter().map(|&w| 5 + w as u64).sum::<u64>()
 }
 
 /// Worker issues of the elementwise chain kernels for `units` units of work: pairs of 4-value

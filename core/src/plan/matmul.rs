@@ -319,7 +319,14 @@ pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
 }
 
 pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
-    Buffer { name: name.into(), bytes: bytes as u32, align: 16, kind, init: Vec::new() }
+    Buffer {
+        name: name.into(),
+        bytes: bytes as u32,
+        align: 16,
+        kind,
+        init: Vec::new(),
+        live: super::Live::ALWAYS,
+    }
 }
 
 /// Plan the matmul on `grid` over a target of `tiles` tiles.
@@ -440,6 +447,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             align: 16,
                             kind: MemKind::Descriptor,
                             init: words,
+                            live: super::Live::ALWAYS,
                         });
                         p.steps.push(Step::LoadWeights(
                             "B".into(),
@@ -505,6 +513,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                     align: 16,
                     kind: MemKind::Descriptor,
                     init: words.clone(),
+                    live: super::Live::ALWAYS,
                 });
                 debug_assert_eq!(*tile as usize, t);
                 p.steps.push(Step::RunAll(add, format!("r{r}{name}"), issues));
@@ -548,6 +557,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         profile: None,
         exchange_bytes,
         eliminated_clears: 0,
+        cleared_bytes: 0,
         mapping: vec![format!(
             "matmul M={} K={} N={} grid tm={} tn={} tk={} tiles={used} accumulate={}{}{}",
             mm.m,

@@ -8,6 +8,7 @@ pub mod columns;
 pub mod cost;
 mod epilogue;
 pub mod exchange;
+pub mod liveness;
 pub mod matmul;
 pub mod profile;
 pub mod redistribute;
@@ -50,6 +51,31 @@ pub struct Buffer {
     pub kind: MemKind,
     /// Initial 32-bit words (`Sym` words are resolved by the linker); empty = zero-filled.
     pub init: Vec<Word>,
+    /// When the buffer holds a value (docs/graph-planner.md §5): the linker lets buffers whose
+    /// lifetimes are disjoint share bytes.
+    pub live: Live,
+}
+
+/// A buffer's lifetime in the tile's superstep positions, both ends included: written first at
+/// `from`, read last at `to`. Positions are the stage planner's (`stages.rs`): stage `k`'s
+/// redistribution is `2k`, its compute `2k + 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Live {
+    /// First position.
+    pub from: u32,
+    /// Last position.
+    pub to: u32,
+}
+
+impl Live {
+    /// The whole program and every later run: params, descriptors, host-bound buffers and the
+    /// buffers of single-mapping plans.
+    pub const ALWAYS: Live = Live { from: 0, to: u32::MAX };
+
+    /// Whether two lifetimes share a position (then the buffers need bytes of their own).
+    pub fn overlaps(self, other: Live) -> bool {
+        self.from <= other.to && other.from <= self.to
+    }
 }
 
 /// A 32-bit word whose value may be an address.
@@ -98,6 +124,9 @@ pub enum Kernel {
     /// Word copies on the tile, for redistributions whose source and destination share a tile
     /// (descriptor per worker: list, segments; each list entry: src, dst, words).
     CopyWords,
+    /// Word clears of reused memory (docs/graph-planner.md §5; descriptor per worker: list,
+    /// segments; each list entry: dst, words).
+    ZeroWords,
     /// Output rows of a last-two-axes transpose from 2-byte column reads (descriptor: 32 bytes per
     /// worker: x column, y row, rows, R, x stride, y stride; `transpose.rs`).
     TransposeF16,
@@ -151,6 +180,7 @@ impl TilePlan {
             align: 16,
             kind: MemKind::Descriptor,
             init: words,
+            live: Live::ALWAYS,
         });
         self.steps.push(Step::Phase(phase));
         self.steps.push(Step::RunAll(kernel, name, issues));
@@ -214,6 +244,8 @@ pub struct Plan {
     pub exchange_bytes: u64,
     /// Rows whose padding clear was left out because the padding is zero already (docs/kernels.md).
     pub eliminated_clears: u64,
+    /// Bytes the `zero_words` clears of reused memory write per run, over all tiles (`liveness.rs`).
+    pub cleared_bytes: u64,
 }
 
 impl Plan {
@@ -236,6 +268,7 @@ impl Plan {
             profile: None,
             exchange_bytes: 0,
             eliminated_clears: 0,
+            cleared_bytes: 0,
         }
     }
     /// Supersteps of the `run` call: internal syncs + 1.
@@ -293,7 +326,7 @@ impl core::fmt::Display for PlanError {
 pub fn no_room(tile: u16, needed: u64, free: u64) -> String {
     alloc::format!(
         "tile {tile}: placing it needs {needed} bytes of tile memory where {free} are free (of {}; the \
-         earlier ops' buffers stay: per-tile memory reuse is not built yet); use more tiles",
+         rest holds params, descriptors and the earlier ops' buffers still to be read); use more tiles",
         crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE
     )
 }
@@ -456,6 +489,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
         align: 16,
         kind: MemKind::Descriptor,
         init: words,
+        live: Live::ALWAYS,
     });
 }
 
@@ -466,7 +500,10 @@ pub(crate) fn placed_bytes(buffers: &[Buffer]) -> u64 {
 }
 
 fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanError> {
-    let total = placed_bytes(&plan.buffers);
+    // The peak of live bytes (buffers with disjoint lifetimes share bytes, `liveness.rs`); it
+    // is reached where some buffer starts.
+    let total =
+        plan.buffers.iter().map(|b| liveness::live_bytes(&plan.buffers, b.live.from)).max().unwrap_or(0);
     let limit = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
     if total <= limit {
         return Ok(());

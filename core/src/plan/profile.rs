@@ -79,6 +79,7 @@ pub fn instrument(tiles: &mut [TilePlan]) -> Samples {
             align: 16,
             kind: MemKind::Profile,
             init: Vec::new(),
+            live: super::Live::ALWAYS,
         });
         out.push(TileSamples { buffer: 0, samples });
     }
@@ -98,6 +99,7 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::ScaleF16 => "scale_f16",
         Kernel::CvtF32ToF16 => "cvt_f32_f16",
         Kernel::CopyWords => "copy_words",
+        Kernel::ZeroWords => "zero_words",
         Kernel::TransposeF16 => "transpose_f16",
         Kernel::LayerNormF16 => "layernorm_f16",
         Kernel::LayerNormSum => "layernorm_sum",

@@ -292,47 +292,64 @@ fn multicasts(remote: &[&Move]) -> Result<Vec<Multicast>, String> {
 /// The `copy_words` launch of one tile: segments (split at the kernel's limit) dealt to the six
 /// workers largest first, each to the least loaded (ties: lowest worker).
 fn copy_launch(ms: &[&Move], tag: &str) -> (Vec<Buffer>, u64) {
-    let mut segs: Vec<(u32, &Move, u32)> = Vec::new();
+    let mut ms: Vec<&Move> = ms.to_vec();
+    ms.sort();
+    let mut segs: Vec<(u32, Vec<Word>)> = Vec::new();
     for m in ms {
         let mut done = 0;
         while done < m.words {
             let n = (m.words - done).min(COPY_MAX_WORDS);
-            segs.push((n, m, done));
+            let entry = alloc::vec![
+                Word::Sym(String::from(&*m.src), m.src_off + 4 * done),
+                Word::Sym(String::from(&*m.dst), m.dst_off + 4 * done),
+            ];
+            segs.push((n, entry));
             done += n;
         }
     }
-    segs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
+    word_launch(segs, cost::copy_issues, &format!("{tag}cl"), &format!("{tag}cd"))
+}
+
+/// A launch of a kernel over lists of word segments (`copy_words`, `zero_words`): segments
+/// (words, the entry's words before the count) dealt to the six workers largest first, each to
+/// the least loaded by `issues` (ties: earlier segment, lowest worker). Returns the list and
+/// descriptor buffers and the slowest worker's issues.
+pub(super) fn word_launch(
+    mut segs: Vec<(u32, Vec<Word>)>,
+    issues: fn(&[u32]) -> u64,
+    list_name: &str,
+    desc_name: &str,
+) -> (Vec<Buffer>, u64) {
+    segs.sort_by_key(|s| core::cmp::Reverse(s.0));
     let workers = crate::target::WORKERS;
-    let mut lists: Vec<Vec<(u32, &Move, u32)>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut lists: Vec<Vec<(u32, Vec<Word>)>> = (0..workers).map(|_| Vec::new()).collect();
+    let counts = |l: &Vec<(u32, Vec<Word>)>| l.iter().map(|x| x.0).collect::<Vec<_>>();
     for s in segs {
-        let load = |l: &Vec<(u32, &Move, u32)>| cost::copy_issues(&l.iter().map(|x| x.0).collect::<Vec<_>>());
-        let w = (0..workers).min_by_key(|&w| (load(&lists[w]), w)).unwrap_or(0);
+        let w = (0..workers).min_by_key(|&w| (issues(&counts(&lists[w])), w)).unwrap_or(0);
         lists[w].push(s);
     }
-    let list_name = format!("{tag}cl");
-    let desc_name = format!("{tag}cd");
     let (mut list, mut desc) = (Vec::new(), Vec::new());
-    let mut issues = 0;
+    let mut slowest = 0;
     for l in &lists {
-        desc.push(Word::Sym(list_name.clone(), 4 * list.len() as u32));
+        desc.push(Word::Sym(list_name.into(), 4 * list.len() as u32));
         desc.push(Word::Const(l.len() as u32));
         desc.push(Word::Const(0));
         desc.push(Word::Const(0));
-        for (n, m, done) in l {
-            list.push(Word::Sym(String::from(&*m.src), m.src_off + 4 * done));
-            list.push(Word::Sym(String::from(&*m.dst), m.dst_off + 4 * done));
+        for (n, entry) in l {
+            list.extend(entry.iter().cloned());
             list.push(Word::Const(*n));
         }
-        issues = issues.max(cost::copy_issues(&l.iter().map(|x| x.0).collect::<Vec<_>>()));
+        slowest = slowest.max(issues(&counts(l)));
     }
-    let buf = |name: String, init: Vec<Word>| Buffer {
-        name,
+    let buf = |name: &str, init: Vec<Word>| Buffer {
+        name: name.into(),
         bytes: 4 * init.len().max(1) as u32,
         align: 16,
         kind: MemKind::Descriptor,
         init,
+        live: super::Live::ALWAYS,
     };
-    (alloc::vec![buf(list_name, list), buf(desc_name, desc)], issues)
+    (alloc::vec![buf(list_name, list), buf(desc_name, desc)], slowest)
 }
 
 /// Append a superstep to every tile's steps: `Phase`, `Sync`, the exchange, then local copies.

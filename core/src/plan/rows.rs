@@ -76,6 +76,7 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
             align: 16,
             kind: MemKind::Tensor,
             init: if gamma.is_some() { Vec::new() } else { ones() },
+            live: super::Live::ALWAYS,
         });
         p.buffers.push(zero("B", stride, MemKind::Tensor));
         let rows = r1 - r0;

@@ -6,7 +6,7 @@
 //! the producer's output slices to the consumer's input slices. Sources (inputs, params) are bound
 //! by the host where they are first read and redistributed from there to later readers.
 //!
-//! All stages' buffers coexist on the tile (memory liveness is a later step of the design).
+//! Memory: a buffer's bytes may be reused once its last reader has run (`liveness.rs`).
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -16,6 +16,7 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use super::exchange::Event;
+use super::liveness;
 use super::redistribute::{self, Move, View};
 use super::{
     chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
@@ -173,11 +174,15 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
         profile: None,
         exchange_bytes: 0,
         eliminated_clears: 0,
+        cleared_bytes: 0,
     };
     // Where each tensor is held once made or bound: its slices (buffer names already tagged).
     let mut held: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     let views = views(g);
     let base_of = |t: TensorId| views.get(&t).map_or(t, |v| v.0);
+    let last = liveness::last_reads(g, stages, base_of);
+    // Per tile, the index of each stage's first step (where its clears go, `liveness::finish`).
+    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); opts.tiles];
     for (k, ops) in stages.iter().enumerate() {
         let sub = subgraph(g, ops, false);
         let global = |e: PlanError| match e {
@@ -200,9 +205,16 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
         rename(&mut p, &tag);
         let mut moves: Vec<Move> = Vec::new();
         let mut moved: Vec<String> = Vec::new();
+        // Per tile: which tensors each buffer holds once the stage ran, and the buffers the
+        // host reads or writes (liveness).
+        let mut holds: BTreeMap<u16, BTreeMap<String, Vec<TensorId>>> = BTreeMap::new();
+        let first_host_binding = merged.bindings.len();
         for b in p.bindings {
             let name = &g.tensor(b.tensor).name;
             if b.direction == Direction::Output {
+                for sl in &b.slices {
+                    holds.entry(sl.tile).or_default().entry(sl.buffer.clone()).or_default().push(b.tensor);
+                }
                 if g.outputs.contains(&b.tensor) {
                     merged.bindings.push(b.clone());
                 }
@@ -235,6 +247,10 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
                 merged.bindings.push(b);
             }
         }
+        let host = liveness::host_buffers(&merged.bindings[first_host_binding..]);
+        for (t, st) in starts.iter_mut().enumerate() {
+            st.push(merged.tiles[t].steps.len());
+        }
         if !moves.is_empty() {
             let step =
                 redistribute::superstep(&moves, &format!("x{k}_")).map_err(|e| unsupported(ops[0], e))?;
@@ -251,12 +267,23 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             );
         }
         let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
-        for (t, tp) in p.tiles.into_iter().enumerate() {
-            let (before, needed) =
-                (super::placed_bytes(&merged.tiles[t].buffers), super::placed_bytes(&tp.buffers));
-            if before + needed > limit {
-                let free = limit.saturating_sub(before);
-                return Err((PlanError::NoRoom { tile: t as u16, op: ops[0], needed, free }, false));
+        for (t, mut tp) in p.tiles.into_iter().enumerate() {
+            let tile = t as u16;
+            let none = BTreeMap::new();
+            let held_here: BTreeMap<&str, Vec<TensorId>> =
+                holds.get(&tile).unwrap_or(&none).iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+            let host_here =
+                host.get(&tile).map(|h| h.iter().map(String::as_str).collect()).unwrap_or_default();
+            liveness::assign(&mut tp.buffers, k, &held_here, &last, &host_here);
+            // The peak at this stage's two positions, with every earlier buffer still live there
+            // (lifetimes are known when a buffer is made: its readers are in the graph).
+            for x in [2 * k as u32, 2 * k as u32 + 1] {
+                let (before, needed) =
+                    (liveness::live_bytes(&merged.tiles[t].buffers, x), liveness::live_bytes(&tp.buffers, x));
+                if before + needed > limit {
+                    let free = limit.saturating_sub(before);
+                    return Err((PlanError::NoRoom { tile, op: ops[0], needed, free }, false));
+                }
             }
             merged.tiles[t].buffers.extend(tp.buffers);
             merged.tiles[t].steps.extend(tp.steps);
@@ -290,6 +317,10 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
                 slices: slices.clone(),
             });
         }
+    }
+    let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
+    for (tile, st) in merged.tiles.iter_mut().zip(&starts) {
+        merged.cleared_bytes += liveness::finish(tile, st, limit);
     }
     merged.cost = cost::predict(&merged.tiles, &merged.horizons);
     Ok(merged)

@@ -1,0 +1,99 @@
+//! Per-tile memory liveness (docs/graph-planner.md §5, `ipu_core::plan::liveness`): a buffer's
+//! bytes are reused once its last reader has run, reused bytes are cleared by `zero_words` at
+//! the start of their stage every run (the kernels rely on zero padding), and a tile shares
+//! memory only when its buffers do not fit side by side.
+
+mod common;
+
+use ipu_core::plan::{Buffer, Live, MemKind};
+use ipu_host::build::{build, BuildOptions};
+
+/// Four matmuls in a row, each reading the same weight: `Y = ((X·W)·W·W)·W`. Each stage's
+/// operand blocks are dead once the next stage has its input, so few tiles suffice only with
+/// reuse.
+fn chain() -> String {
+    let input = |n: &str, s: &str| format!("[inputs.{n}]\ndtype = \"f16\"\nshape = {s}\n");
+    let mm = |a: &str, o: &str| {
+        format!(
+            "[[ops]]\nop = \"matmul\"\na = \"{a}\"\nb = \"W\"\noutput = \"{o}\"\naccumulate = \"f16\"\ndtype = \"f16\"\n"
+        )
+    };
+    [
+        "name = \"chain\"\noutputs = [\"Y\"]\n".to_string(),
+        input("X", "[128, 256]"),
+        input("W", "[256, 256]"),
+        mm("X", "H1"),
+        mm("H1", "H2"),
+        mm("H2", "H3"),
+        mm("H3", "Y"),
+    ]
+    .concat()
+}
+
+/// The largest tile's peak (bytes its image occupies) and the sum of its buffers by kind.
+fn peak_and_sum(tiles: usize) -> (u64, u64) {
+    let built = build("chain.toml", &chain(), &BuildOptions { threads: 1, ..BuildOptions::new(tiles) })
+        .unwrap_or_else(|e| panic!("{tiles} tiles: {e}"));
+    let pkg = ipu_host::package::Package::from_bytes(&built.bytes).expect("reads back");
+    let v: serde_json::Value =
+        serde_json::from_str(&ipu_host::inspect::render(&pkg, &built.bytes, true)).expect("json");
+    let t = &v["largest_tile"];
+    (t["bytes"].as_u64().expect("peak"), t["by_kind"]["sum"].as_u64().expect("sum"))
+}
+
+#[test]
+fn a_graph_that_fits_only_with_reuse_builds_and_runs_bit_exact_twice() {
+    for tiles in [2, 3] {
+        // Two inferences: the second starts from the first one's leftovers in reused bytes.
+        let (out, pkg) = common::build_and_run(&chain(), tiles, None, 7, 2);
+        assert_eq!(out.compared_elements, 2 * 128 * 256, "{out:?}");
+        let (sim, pred) = (out.cycles[1], pkg.plan.predicted_cycles);
+        assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
+        let (peak, sum) = peak_and_sum(tiles);
+        assert!(peak < sum, "{tiles} tiles: buffers share bytes: peak {peak} sum {sum}");
+        assert!(peak <= 638_976, "{peak}");
+    }
+}
+
+#[test]
+fn a_graph_that_fits_side_by_side_shares_nothing() {
+    let (peak, sum) = peak_and_sum(4);
+    assert_eq!(peak, sum, "no clears and no shared bytes where everything fits");
+}
+
+#[test]
+fn one_tile_is_still_refused_with_the_op_and_bytes() {
+    let e = build("chain.toml", &chain(), &BuildOptions { threads: 1, ..BuildOptions::new(1) })
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("op 1 (matmul): tile 0: placing it needs") && e.contains("are free"), "{e}");
+}
+
+fn buffer(name: &str, bytes: u32, live: Live) -> Buffer {
+    Buffer { name: name.into(), bytes, align: 16, kind: MemKind::Tensor, init: Vec::new(), live }
+}
+
+#[test]
+fn the_linker_shares_bytes_only_between_disjoint_lifetimes() {
+    let early = Live { from: 0, to: 1 };
+    let late = Live { from: 2, to: 3 };
+    let both = Live { from: 1, to: 2 };
+    let bufs = [buffer("a", 4096, early), buffer("b", 4096, late), buffer("c", 1024, both)];
+    let l = ipu_linker::link(0, "main:\n    exit\n", &bufs).expect("links");
+    let (a, b, c) = (l.symbols["a"], l.symbols["b"], l.symbols["c"]);
+    assert_eq!(a, b, "a dies before b is made: same bytes");
+    assert!(c >= a + 4096 || c + 1024 <= a, "c overlaps both in time: own bytes ({a:#x} {c:#x})");
+    // Zero-fill segments stay disjoint where buffers share bytes.
+    let mut segs: Vec<_> = l.image.segments.iter().map(|s| (s.addr, s.addr + s.len)).collect();
+    segs.sort();
+    assert!(segs.windows(2).all(|w| w[0].1 <= w[1].0), "{segs:?}");
+}
+
+#[test]
+fn a_buffer_alive_throughout_never_shares() {
+    let bufs = [buffer("a", 4096, Live { from: 0, to: 1 }), buffer("p", 4096, Live::ALWAYS)];
+    let l = ipu_linker::link(0, "main:\n    exit\n", &bufs).expect("links");
+    let (a, p) = (l.symbols["a"], l.symbols["p"]);
+    assert!(p >= a + 4096 || p + 4096 <= a, "{a:#x} {p:#x}");
+}
