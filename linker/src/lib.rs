@@ -1,9 +1,11 @@
 //! `ipu-linker`: places a tile's code in the executable region and its buffers in data memory,
-//! resolves their symbols, assembles, and produces the tile image (docs/linker.md).
+//! resolves their symbols, assembles, and produces the tile image (docs/architecture.md "Symbolic plans, a real linker").
 //!
 //! Placement: code from `TILE_MEM_BASE` up (region 0, the only executable region); buffers
 //! largest-alignment-then-largest-first, first fit, into region 1 (0x80000..0xE8000) and then the
-//! rest of region 0 after the code. Deterministic: ties break by name.
+//! rest of region 0 after the code; a buffer only avoids the bytes of placed buffers whose
+//! lifetimes overlap its own (`Buffer::live`, docs/graph-planner.md). Deterministic: ties break
+//! by name.
 #![no_std]
 #![forbid(unsafe_code)]
 extern crate alloc;

@@ -95,8 +95,8 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),
-        CopyWords => (COPY_WORDS, ""),
-        ZeroWords => (ZERO_WORDS, ""),
+        CopyWords => (WORD_LIST, COPY_WORDS),
+        ZeroWords => (WORD_LIST, ZERO_WORDS),
         TransposeF16 => (TRANSPOSE_F16, ""),
         LayerNormF16 | LayerNormSum | LayerNormVar | LayerNormApply => {
             return crate::layernorm::text(k).replace("{NAME}", label(k))
@@ -105,10 +105,11 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
 }
 
-/// Word copies (`cost::copy_issues`): the worker's descriptor entry is (list, segments, 0, 0),
-/// each list entry (src, dst, words) with words in 1..=4095 (one `rpt`). Source and destination
-/// are 4-byte aligned and do not overlap. `rpt` sits at word 11 (≡ 4 mod 8 bytes).
-const COPY_WORDS: &str = "
+/// Kernels over a list of word segments (`copy_words`, `zero_words`): the worker's descriptor
+/// entry is (list, segments, 0, 0); `{BODY}` handles one list entry and advances `$m8` past it.
+/// Six words precede the body; each body says where its `rpt` sits (≡ 4 mod 8 bytes, so that the
+/// repeated bundles are 8-aligned).
+const WORD_LIST: &str = "
 .align 8
 {NAME}:
     shl $m6, $m0, 4
@@ -118,41 +119,32 @@ const COPY_WORDS: &str = "
     brz $m9, {NAME}_done
     add $m9, $m9, -1
 {NAME}_segment:
-    ld32 $m3, $m8, $m15, 0
+{BODY}
+    brnzdec $m9, {NAME}_segment
+{NAME}_done:
+    exit
+";
+
+/// Word copies (`cost::copy_issues`): each list entry (src, dst, words) with words in 1..=4095
+/// (one `rpt`). Source and destination are 4-byte aligned and do not overlap. `rpt` sits at word
+/// 11 (≡ 4 mod 8 bytes).
+const COPY_WORDS: &str = "    ld32 $m3, $m8, $m15, 0
     ld32 $m4, $m8, $m15, 4
     ld32 $m2, $m8, $m15, 8
     add $m8, $m8, 12
     nop
     rpt $m2, 2
     { ld32pi $m7, $m3, 4 ; fnop }
-    { st32pi $m7, $m4, 4 ; fnop }
-    brnzdec $m9, {NAME}_segment
-{NAME}_done:
-    exit
-";
+    { st32pi $m7, $m4, 4 ; fnop }";
 
-/// Word clears (`cost::zero_issues`): the worker's descriptor entry is (list, segments, 0, 0),
-/// each list entry (dst, words) with words in 1..=4095 (one `rpt`); dst 4-byte aligned. `rpt`
-/// sits at word 9 (≡ 4 mod 8 bytes), so its one-bundle body is 8-aligned.
-const ZERO_WORDS: &str = "
-.align 8
-{NAME}:
-    shl $m6, $m0, 4
-    add $m6, $m1, $m6
-    ld32 $m8, $m6, $m15, 0
-    ld32 $m9, $m6, $m15, 4
-    brz $m9, {NAME}_done
-    add $m9, $m9, -1
-{NAME}_segment:
-    ld32 $m4, $m8, $m15, 0
+/// Word clears (`cost::zero_issues`): each list entry (dst, words) with words in 1..=4095 (one
+/// `rpt`); dst 4-byte aligned. `rpt` sits at word 9 (≡ 4 mod 8 bytes), so its one-bundle body is
+/// 8-aligned.
+const ZERO_WORDS: &str = "    ld32 $m4, $m8, $m15, 0
     ld32 $m2, $m8, $m15, 4
     add $m8, $m8, 8
     rpt $m2, 1
-    { st32pi $m15, $m4, 4 ; fnop }
-    brnzdec $m9, {NAME}_segment
-{NAME}_done:
-    exit
-";
+    { st32pi $m15, $m4, 4 ; fnop }";
 
 /// Last-two-axes transpose (`cost::transpose_issues`): descriptor (32 B per worker) x column
 /// pointer, y row pointer, output rows, R (values per output row), x row stride, y row stride.
