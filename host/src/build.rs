@@ -211,6 +211,9 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     }
     crate::params::embed(&graph, &mut plan, &param_values).map_err(BuildError::Options)?;
     info!(removed = plan.eliminated_clears, "eliminated padding clears of zero-filled buffers");
+    if plan.cleared_bytes > 0 {
+        info!(bytes = plan.cleared_bytes, "tiles reuse memory; reused buffers are cleared each run");
+    }
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
         pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())
     });

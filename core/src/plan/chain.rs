@@ -232,7 +232,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let used = (nbatch * used_per_batch) as usize;
     // Refuse before generating anything whose size follows from the (untrusted) shapes: the
     // largest tile's row tensors and side operands must fit.
-    let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
+    let limit = super::BUFFER_BYTES;
     let mut need: Vec<(u64, TensorId)> = rows_t
         .iter()
         .map(|&t| {

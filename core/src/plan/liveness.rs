@@ -47,10 +47,10 @@ pub(super) fn last_reads(
 
 /// Whether a buffer may share bytes: zero-filled tensor or exchange data that the host neither
 /// writes nor reads.
-fn sharable(b: &Buffer, host: &BTreeSet<&str>) -> bool {
+fn sharable(b: &Buffer, host: Option<&BTreeSet<String>>) -> bool {
     b.init.is_empty()
         && matches!(b.kind, MemKind::Tensor | MemKind::Exchange)
-        && !host.contains(b.name.as_str())
+        && !host.is_some_and(|h| h.contains(b.name.as_str()))
 }
 
 /// Lifetimes of stage `k`'s buffers on one tile: `[2k, 2k + 1]`, extended to the last read of
@@ -58,9 +58,9 @@ fn sharable(b: &Buffer, host: &BTreeSet<&str>) -> bool {
 pub(super) fn assign(
     buffers: &mut [Buffer],
     k: usize,
-    holds: &BTreeMap<&str, Vec<TensorId>>,
+    holds: Option<&BTreeMap<String, Vec<TensorId>>>,
     last: &BTreeMap<TensorId, u32>,
-    host: &BTreeSet<&str>,
+    host: Option<&BTreeSet<String>>,
 ) {
     let born = 2 * k as u32;
     for b in buffers.iter_mut() {
@@ -69,7 +69,7 @@ pub(super) fn assign(
             continue;
         }
         let to = holds
-            .get(b.name.as_str())
+            .and_then(|h| h.get(b.name.as_str()))
             .into_iter()
             .flatten()
             .map(|t| last.get(t).copied().unwrap_or(0))
@@ -85,6 +85,25 @@ pub(super) fn live_bytes(buffers: &[Buffer], x: u32) -> u64 {
         .filter(|b| b.live.from <= x && x <= b.live.to)
         .map(|b| (b.bytes as u64).div_ceil(16) * 16)
         .sum()
+}
+
+/// The most bytes live at once: a sweep over lifetime ends (`live_bytes` at every position
+/// would be quadratic in the buffers of a tile).
+pub(super) fn peak_bytes(buffers: &[Buffer]) -> u64 {
+    let mut ends: Vec<(u64, i64)> = Vec::with_capacity(2 * buffers.len());
+    for b in buffers {
+        let bytes = ((b.bytes as u64).div_ceil(16) * 16) as i64;
+        ends.push((b.live.from as u64, bytes));
+        ends.push((b.live.to as u64 + 1, -bytes));
+    }
+    // At one position, bytes that are freed go before bytes that arrive.
+    ends.sort_unstable();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, d) in ends {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as u64
 }
 
 /// Finish one tile: if its buffers fit side by side within `limit`, every buffer lives always

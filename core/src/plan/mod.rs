@@ -327,7 +327,7 @@ pub fn no_room(tile: u16, needed: u64, free: u64) -> String {
     alloc::format!(
         "tile {tile}: placing it needs {needed} bytes of tile memory where {free} are free (of {}; the \
          rest holds params, descriptors and the earlier ops' buffers still to be read); use more tiles",
-        crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE
+        BUFFER_BYTES
     )
 }
 
@@ -447,6 +447,9 @@ fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
 /// Bytes the runtime and kernels may take (code, host area) — kept out of buffer space.
 pub const RUNTIME_RESERVE: u64 = 24 * 1024;
 
+/// Tile bytes the planners may give to buffers (the rest is the runtime's, [`RUNTIME_RESERVE`]).
+pub const BUFFER_BYTES: u64 = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
+
 /// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
 /// tile needs a handful of symbols however many kernel launches it has.
 fn merge_descriptors(tile: &mut TilePlan) {
@@ -500,11 +503,9 @@ pub(crate) fn placed_bytes(buffers: &[Buffer]) -> u64 {
 }
 
 fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanError> {
-    // The peak of live bytes (buffers with disjoint lifetimes share bytes, `liveness.rs`); it
-    // is reached where some buffer starts.
-    let total =
-        plan.buffers.iter().map(|b| liveness::live_bytes(&plan.buffers, b.live.from)).max().unwrap_or(0);
-    let limit = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
+    // The peak of live bytes (buffers with disjoint lifetimes share bytes, `liveness.rs`).
+    let total = liveness::peak_bytes(&plan.buffers);
+    let limit = BUFFER_BYTES;
     if total <= limit {
         return Ok(());
     }

@@ -266,15 +266,10 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
                 &format!("x{k}_"),
             );
         }
-        let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
+        let limit = super::BUFFER_BYTES;
         for (t, mut tp) in p.tiles.into_iter().enumerate() {
             let tile = t as u16;
-            let none = BTreeMap::new();
-            let held_here: BTreeMap<&str, Vec<TensorId>> =
-                holds.get(&tile).unwrap_or(&none).iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-            let host_here =
-                host.get(&tile).map(|h| h.iter().map(String::as_str).collect()).unwrap_or_default();
-            liveness::assign(&mut tp.buffers, k, &held_here, &last, &host_here);
+            liveness::assign(&mut tp.buffers, k, holds.get(&tile), &last, host.get(&tile));
             // The peak at this stage's two positions, with every earlier buffer still live there
             // (lifetimes are known when a buffer is made: its readers are in the graph).
             for x in [2 * k as u32, 2 * k as u32 + 1] {
@@ -318,9 +313,8 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
             });
         }
     }
-    let limit = crate::target::TILE_MEM_SIZE as u64 - super::RUNTIME_RESERVE;
     for (tile, st) in merged.tiles.iter_mut().zip(&starts) {
-        merged.cleared_bytes += liveness::finish(tile, st, limit);
+        merged.cleared_bytes += liveness::finish(tile, st, super::BUFFER_BYTES);
     }
     merged.cost = cost::predict(&merged.tiles, &merged.horizons);
     Ok(merged)
