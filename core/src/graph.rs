@@ -56,10 +56,12 @@ pub enum OpKind {
         /// Source.
         input: TensorId,
     },
-    /// `output = gelu(input)`, the tanh form (`gelu_pytorch_tanh`), f16 (docs/kernels.md).
+    /// `output = gelu(input)`, f16 in and out, f32 arithmetic (docs/kernels.md).
     Gelu {
         /// Source.
         input: TensorId,
+        /// The tanh approximation or the erf form.
+        form: GeluForm,
     },
     /// Layer normalisation over the last axis, f16 in and out, statistics in f32
     /// (docs/kernels.md `layernorm_f16`): `y = ((x − μ)·(1/√(σ² + eps)))·gamma + beta`.
@@ -85,8 +87,11 @@ pub enum OpKind {
         /// Permutation of the input's axes.
         perm: Vec<usize>,
     },
-    /// `output = a + b` with NumPy broadcasting, f16 (each sum rounded once to f16).
-    Add {
+    /// `output = a ∘ b` (`+`, `−`, `×`) with NumPy broadcasting, f16 (each result rounded once
+    /// to f16).
+    Binary {
+        /// Which operation.
+        op: BinaryOp,
         /// Left operand.
         a: TensorId,
         /// Right operand.
@@ -94,14 +99,45 @@ pub enum OpKind {
     },
 }
 
+/// The elementwise binary operations (`OpKind::Binary`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a − b`.
+    Sub,
+    /// `a × b`.
+    Mul,
+}
+
+impl BinaryOp {
+    /// The model-file name (`op = "add"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+        }
+    }
+}
+
+/// The two forms of GeLU (`OpKind::Gelu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GeluForm {
+    /// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))` (`gelu_pytorch_tanh`, `approximate = "tanh"`).
+    Tanh,
+    /// `x·Φ(x) = 0.5x(1 + erf(x/√2))` (`approximate = "none"`), erf by Abramowitz & Stegun 7.1.26.
+    Erf,
+}
+
 impl OpKind {
     /// The tensors the op reads, in operand order.
     pub fn operands(&self) -> Vec<TensorId> {
         match *self {
-            OpKind::MatMul { a, b, .. } | OpKind::Add { a, b } => alloc::vec![a, b],
+            OpKind::MatMul { a, b, .. } | OpKind::Binary { a, b, .. } => alloc::vec![a, b],
             OpKind::Cast { input }
             | OpKind::Softmax { input }
-            | OpKind::Gelu { input }
+            | OpKind::Gelu { input, .. }
             | OpKind::Reshape { input }
             | OpKind::Transpose { input, .. } => alloc::vec![input],
             OpKind::LayerNorm { input, gamma, beta, .. } => {

@@ -1,7 +1,7 @@
 //! Model files (TOML, docs/model-format.md) → graph IR, with errors that name file, line, op,
 //! field and tensor.
 
-use ipu_core::graph::{matmul_shape, Graph, Op, OpKind, Tensor, TensorId};
+use ipu_core::graph::{matmul_shape, BinaryOp, GeluForm, Graph, Op, OpKind, Tensor, TensorId};
 use ipu_schema::DType;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -409,21 +409,22 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let input = tensor(&op.input, "input", &g)?;
                 let to = dtype(&op.dtype, "dtype")?;
                 let from = g.tensor(input).dtype;
-                match op.approximate.as_ref().map(|s| s.get_ref().as_str()) {
-                    Some("tanh") => {}
+                let form = match op.approximate.as_ref().map(|s| s.get_ref().as_str()) {
+                    Some("tanh") => GeluForm::Tanh,
+                    Some("none") => GeluForm::Erf,
                     Some(other) => {
                         let span = op.approximate.as_ref().map(|s| s.span()).unwrap_or(sop.span());
                         return cx.err(span, format!(
-                            "{}: `{other}`: only the tanh form (`approximate = \"tanh\"`, gelu_pytorch_tanh) is supported in this version",
+                            "{}: `{other}`: the forms are \"tanh\" (gelu_pytorch_tanh) and \"none\" (the erf form)",
                             here("approximate")));
                     }
                     None => {
                         return cx.err(
                             sop.span(),
-                            format!("op {i} (gelu): missing field `approximate` (\"tanh\")"),
+                            format!("op {i} (gelu): missing field `approximate` (\"tanh\" or \"none\")"),
                         )
                     }
-                }
+                };
                 if from != DType::F16 || to != DType::F16 {
                     return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
                         "{}: unsupported dtype combination: gelu {} → {} (supported: f16 → f16, f32 arithmetic)",
@@ -432,7 +433,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let shape = g.tensor(input).shape.clone();
                 g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
                 let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::Gelu { input }, output });
+                g.ops.push(Op { kind: OpKind::Gelu { input, form }, output });
             }
             "layernorm" => {
                 only(&["op", "input", "output", "dtype", "gamma", "beta", "eps"])?;
@@ -511,8 +512,13 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: kind_op, output });
             }
-            "add" => {
+            "add" | "sub" | "mul" => {
                 only(&["op", "a", "b", "output", "dtype"])?;
+                let which = match kind {
+                    "add" => BinaryOp::Add,
+                    "sub" => BinaryOp::Sub,
+                    _ => BinaryOp::Mul,
+                };
                 let (a, b) = (tensor(&op.a, "a", &g)?, tensor(&op.b, "b", &g)?);
                 let to = dtype(&op.dtype, "dtype")?;
                 let (at, bt) = (g.tensor(a), g.tensor(b));
@@ -520,7 +526,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     return cx.err(
                         op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
                         format!(
-                        "{}: unsupported dtype combination: add {} + {} → {} (supported: f16 + f16 → f16)",
+                        "{}: unsupported dtype combination: {kind} {} and {} → {} (supported: f16 and f16 → f16)",
                         here("dtype"), at.dtype.name(), bt.dtype.name(), to.name()),
                     );
                 }
@@ -528,14 +534,14 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     return cx.err(
                         op.b.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
                         format!(
-                            "op {i} (add): shapes {:?} and {:?} do not broadcast (NumPy rules)",
+                            "op {i} ({kind}): shapes {:?} and {:?} do not broadcast (NumPy rules)",
                             at.shape, bt.shape
                         ),
                     );
                 };
                 g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
                 let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::Add { a, b }, output });
+                g.ops.push(Op { kind: OpKind::Binary { op: which, a, b }, output });
             }
             "softmax" => {
                 only(&["op", "input", "output", "dtype"])?;
@@ -556,7 +562,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 return cx.err(
                     op.op.span(),
                     format!(
-                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, gelu, layernorm, reshape, transpose)"
+                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, reshape, transpose)"
                 ),
                 )
             }

@@ -8,23 +8,36 @@ use ipu_schema::{
 };
 
 /// Check that the slices of `b` cover every byte of the tensor, exactly once when `exact`.
-/// The rows are only materialised after their total is known to be bounded by the tensor size
+/// A slice whose rows are consecutive in the tensor counts as one byte range; only strided slices
+/// are materialised row by row, after their bytes are known to be bounded by the tensor size
 /// (times the tile count for replicated inputs), so a hostile package cannot make this allocate.
+/// A replicated input (an operand broadcast over leading axes is read once per output row) may
+/// hold at most what the tiles' memory holds.
 fn coverage(b: &Binding, exact: bool, tile_count: u32) -> Result<(), PackageError> {
     let size = b.bytes();
-    let total = b.slices.iter().fold(0u64, |t, s| t.saturating_add(s.rows as u64 * s.row_bytes as u64));
-    let limit = if exact { size } else { size.saturating_mul(tile_count as u64) };
+    let bytes = |s: &&ipu_schema::Slice| (s.rows as u64).saturating_mul(s.row_bytes as u64);
+    let contiguous = |s: &&ipu_schema::Slice| s.tensor_stride == s.row_bytes as u64 || s.rows <= 1;
+    let total = b.slices.iter().fold(0u64, |t, s| t.saturating_add(bytes(&s)));
+    let strided = b.slices.iter().filter(|s| !contiguous(s)).fold(0u64, |t, s| t.saturating_add(bytes(&s)));
+    let memory = tile_count as u64 * ipu_core::target::TILE_MEM_SIZE as u64;
+    let (limit, strided_limit) =
+        if exact { (size, size) } else { (memory.max(size), size.saturating_mul(tile_count as u64)) };
     let what = |msg: String| PackageError::Invalid(format!("binding `{}`: {msg}", b.name));
-    if total > limit {
+    if total > limit || strided > strided_limit {
         return Err(what(format!("slices hold {total} bytes, more than the {limit} the tensor allows")));
     }
     let mut rows: Vec<(u64, u64)> = Vec::new();
     for s in &b.slices {
+        if s.row_bytes == 0 {
+            continue;
+        }
+        if contiguous(&s) {
+            rows.push((s.tensor_offset, s.tensor_offset + bytes(&s)));
+            continue;
+        }
         for r in 0..s.rows as u64 {
-            if s.row_bytes > 0 {
-                let start = s.tensor_offset + r * s.tensor_stride;
-                rows.push((start, start + s.row_bytes as u64));
-            }
+            let start = s.tensor_offset + r * s.tensor_stride;
+            rows.push((start, start + s.row_bytes as u64));
         }
     }
     rows.sort_unstable();

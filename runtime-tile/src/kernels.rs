@@ -51,6 +51,7 @@ const ADD: &str = "
 
 /// Label of a kernel's entry.
 pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
+    use ipu_core::graph::BinaryOp;
     use ipu_core::plan::Kernel::*;
     match k {
         AmpF16 => "k_amp_f16",
@@ -74,7 +75,147 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         LayerNormSum => "k_layernorm_sum",
         LayerNormVar => "k_layernorm_var",
         LayerNormApply => "k_layernorm_apply",
+        GeluErfF16 => "k_gelu_erf_f16",
+        BinaryF16(BinaryOp::Add) => "k_add_rows_f16",
+        BinaryF16(BinaryOp::Sub) => "k_sub_rows_f16",
+        BinaryF16(BinaryOp::Mul) => "k_mul_rows_f16",
     }
+}
+
+/// The f16×4 instruction of a binary op.
+fn binary_mnemonic(op: ipu_core::graph::BinaryOp) -> &'static str {
+    use ipu_core::graph::BinaryOp;
+    match op {
+        BinaryOp::Add => "f16v4add",
+        BinaryOp::Sub => "f16v4sub",
+        BinaryOp::Mul => "f16v4mul",
+    }
+}
+
+/// `out = a ∘ b` over rows of f16 (`cost::binary_rows_issues`): descriptor (a, a row stride, b,
+/// b row stride, out, out row stride, rows, 4-value chunks per row), 32 bytes per worker. A row
+/// stride of 0 broadcasts one row to every row (a bias). Reads run two chunks ahead of the
+/// stores, so `out` may be `a` or `b`, and every streamed row is followed by 8 readable bytes
+/// (the planner's slack). `rpt` sits at byte 92 (≡ 4 mod 8).
+const ROWS_BINARY: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 5
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m7, $m6, $m15, 4
+    ld32 $m4, $m6, $m15, 8
+    ld32 $m8, $m6, $m15, 12
+    ld32 $m5, $m6, $m15, 16
+    ld32 $m9, $m6, $m15, 20
+    ld32 $m10, $m6, $m15, 24
+    ld32 $m2, $m6, $m15, 28
+    brz $m10, {NAME}_done
+    brz $m2, {NAME}_done
+    add $m10, $m10, -1
+    add $m2, $m2, -1
+{NAME}_row:
+    add $m11, $m3, 0
+    add $m12, $m4, 0
+    add $m13, $m5, 0
+    ld64pi $a0, $m11, 8
+    ld64pi $a2, $m12, 8
+    {OP} $a4, $a0, $a2
+    ld64pi $a0, $m11, 8
+    ld64pi $a2, $m12, 8
+    nop
+    rpt $m2, 1
+    { ld2st64pi $a0, $a2, $a4, $m11, $m12, $m13 ; {OP} $a4, $a0, $a2 }
+    st64pi $a4, $m13, 8
+    add $m3, $m3, $m7
+    add $m4, $m4, $m8
+    add $m5, $m5, $m9
+    brnzdec $m10, {NAME}_row
+{NAME}_done:
+    exit
+";
+
+/// `x = gelu(x)` in the erf form in place over blocks of f16 (`cost::gelu_erf_issues`):
+/// descriptor (ptr, 4-value chunks per block, block stride, blocks, then the nine constants of
+/// `plan::matmul::GELU_ERF_CONSTANTS`), 64 bytes per worker. Each chunk's four halves are done
+/// two at a time (`{HALF}` on `$a2`, `$a3`, scratch `$a4..$a6`, constants in `$a7..$a15`).
+const GELU_ERF_F16: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 6
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m2, $m6, $m15, 4
+    ld32 $m5, $m6, $m15, 8
+    ld32 $m7, $m6, $m15, 12
+    lda32 $a7, $m6, $m15, 16
+    lda32 $a8, $m6, $m15, 20
+    lda32 $a9, $m6, $m15, 24
+    lda32 $a10, $m6, $m15, 28
+    lda32 $a11, $m6, $m15, 32
+    lda32 $a12, $m6, $m15, 36
+    lda32 $a13, $m6, $m15, 40
+    lda32 $a14, $m6, $m15, 44
+    lda32 $a15, $m6, $m15, 48
+    brz $m7, {NAME}_done
+    brz $m2, {NAME}_done
+    add $m7, $m7, -1
+{NAME}_block:
+    add $m8, $m3, 0
+    add $m9, $m3, 0
+    add $m10, $m2, -1
+{NAME}_loop:
+    ld64pi $a0, $m8, 8
+    f16v2tof32 $a2, $a0
+{HALF}    f32v2tof16 $a0, $a2
+    f16v2tof32 $a2, $a1
+{HALF}    f32v2tof16 $a1, $a2
+    st64pi $a0, $m9, 8
+    brnzdec $m10, {NAME}_loop
+    add $m3, $m3, $m5
+    brnzdec $m7, {NAME}_block
+{NAME}_done:
+    exit
+";
+
+/// The erf-form GeLU of the f32 values in `$a2` and `$a3`, with A = `$a4`, B = `$a5`, C = `$a6`
+/// and the constants p/√2, 1, −0.5, a5, a4, a3, a2, a1, 0.5 in `$a7..$a15`:
+/// `A = x²`, `B = √A = |x|`, `x += B` (x + |x|, exact), `C = 1/(1 + B·p/√2)` = t,
+/// `A = exp(−A/2)·B·C`, `B = t·(a5..a1 Horner)·A`, `x = (x − B)·0.5` — which is `x·Φ(x)` for
+/// either sign of x (docs/kernels.md `gelu_erf_f16`).
+fn gelu_erf_half() -> alloc::string::String {
+    const STEPS: [&str; 21] = [
+        "f32mul $a4, X, X",
+        "f32sqrt $a5, $a4",
+        "f32add X, X, $a5",
+        "f32mul $a6, $a5, $a7",
+        "f32add $a6, $a6, $a8",
+        "f32div $a6, $a8, $a6",
+        "f32mul $a4, $a4, $a9",
+        "f32exp $a4, $a4",
+        "f32mul $a4, $a4, $a5",
+        "f32mul $a4, $a4, $a6",
+        "f32mul $a5, $a6, $a10",
+        "f32add $a5, $a5, $a11",
+        "f32mul $a5, $a5, $a6",
+        "f32add $a5, $a5, $a12",
+        "f32mul $a5, $a5, $a6",
+        "f32add $a5, $a5, $a13",
+        "f32mul $a5, $a5, $a6",
+        "f32add $a5, $a5, $a14",
+        "f32mul $a5, $a5, $a4",
+        "f32sub X, X, $a5",
+        "f32mul X, X, $a15",
+    ];
+    let mut s = alloc::string::String::new();
+    for x in ["$a2", "$a3"] {
+        for step in STEPS {
+            s.push_str("    ");
+            s.push_str(&step.replace('X', x));
+            s.push('\n');
+        }
+    }
+    s
 }
 
 /// Assembly text of a kernel.
@@ -92,6 +233,8 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         CvtF32ToF16 => (CVT_F32_F16, ""),
         BiasF16 => (BIAS_F16, ""),
         GeluF16 => return GELU_F16.replace("{GELU_BODY}", &gelu_body()),
+        GeluErfF16 => return GELU_ERF_F16.replace("{HALF}", &gelu_erf_half()).replace("{NAME}", label(k)),
+        BinaryF16(op) => (ROWS_BINARY, binary_mnemonic(op)),
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),

@@ -32,6 +32,16 @@ fn vector_fp_on_one_worker() {
 }
 
 #[test]
+fn f16v4sub_rounds_each_lane_once_to_nearest_even() {
+    let (mut dev, prog, r) = run_one(include_str!("../programs/f16v4_sub.s"));
+    assert_eq!(r.expect("runs").cycle, 122);
+    let d = prog.sym("data");
+    // 1.5 − 0.5 = 1.0; 1 − 2^-12 lies halfway between 1 − 2^-11 (0x3BFF) and 1.0: the even one,
+    // 1.0; −1 − 1 = −2; −65504 − 65504 overflows to −inf.
+    assert_eq!(read_u16s(&mut dev, 0, d + 16, 4), [0x3C00, 0x3C00, 0xC000, 0xFC00]);
+}
+
+#[test]
 fn f32_square_root_and_reciprocal_are_correctly_rounded() {
     let (mut dev, prog, r) = run_one(include_str!("../programs/f32_sqrt.s"));
     assert_eq!(r.expect("runs").cycle, 170);

@@ -176,4 +176,7 @@ table! {
         [p("out", 0), p("pin", 3), p("in", 6), u("phase", 9, 2)], x::f32amp;
     F8Amp = "f8amp", 0xD200_0000, Arf, Worker, ONE, Model,
         [p("out", 0), p("pin", 3), p("in", 6), u("phase", 9, 2)], x::f8amp;
+    // `f16v4sub` is an ipu2 instruction (LLVM Colossus tests: `fsub <4 x half>` selects it;
+    // poplibs negates with it); its encoding here is ours.
+    F16v4Sub = "f16v4sub", 0xD300_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f16v4sub;
 }

@@ -51,8 +51,8 @@ fn row_input(kind: &OpKind) -> TensorId {
     match kind {
         OpKind::MatMul { a, .. } => *a,
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
-        OpKind::Add { a, .. } => *a,
-        OpKind::Gelu { input }
+        OpKind::Binary { a, .. } => *a,
+        OpKind::Gelu { input, .. }
         | OpKind::LayerNorm { input, .. }
         | OpKind::Reshape { input }
         | OpKind::Transpose { input, .. } => *input,
@@ -76,12 +76,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 .into(),
         );
     }
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Add { .. } | OpKind::Gelu { .. })) {
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Binary { .. } | OpKind::Gelu { .. })) {
         return unsupported(
             i,
-            "add and gelu are planned as the epilogue of a single rank-2 matmul in this version (`matmul`, \
-             then optionally `add` of an f16 vector of its columns (bias), `add` of a whole [M, N] f16 tensor \
-             (residual), `gelu`, in that order; the last result the only output)"
+            "add, sub, mul and gelu are planned on their own rows (`elementwise.rs`) or as a matmul's \
+             epilogue, not inside a row chain"
                 .into(),
         );
     }
@@ -199,7 +198,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(next, "softmax must read a matmul result".into())
                 }
-                OpKind::Add { .. }
+                OpKind::Binary { .. }
                 | OpKind::Gelu { .. }
                 | OpKind::LayerNorm { .. }
                 | OpKind::Reshape { .. }
@@ -556,7 +555,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
-                    OpKind::Add { .. }
+                    OpKind::Binary { .. }
                     | OpKind::Gelu { .. }
                     | OpKind::LayerNorm { .. }
                     | OpKind::Reshape { .. }

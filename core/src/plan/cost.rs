@@ -34,6 +34,8 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
             layernorm_shared_issues(kernel, 1, count as u64 / 4, count as u64 % 4)
         }
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
+        Kernel::GeluErfF16 => gelu_erf_issues(count as u64, 1),
+        Kernel::BinaryF16(_) => binary_rows_issues(1, count as u64),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -150,6 +152,30 @@ pub fn gelu_issues(chunks: u64, blocks: u64) -> u64 {
         (0, _) => 13,
         (_, 0) => 14,
         _ => 14 + blocks * (5 + 67 * chunks) + 1,
+    }
+}
+
+/// Worker issues of `gelu_erf_f16` for `chunks` groups of four values per block over `blocks`
+/// blocks: set-up 15 (shl, add, 4×ld32, 9×lda32), 2×brz, `add`; per block 3 moves, 103 per chunk
+/// (ld64pi, 2 × (f16v2tof32, 2 × 24 for the formula — `f32sqrt`, `f32div`, `f32exp` cost 2 —,
+/// f32v2tof16), st64pi, brnzdec), the stride add and brnzdec; exit. Empty: 17 or 18.
+pub fn gelu_erf_issues(chunks: u64, blocks: u64) -> u64 {
+    match (blocks, chunks) {
+        (0, _) => 17,
+        (_, 0) => 18,
+        _ => 19 + blocks * (5 + 103 * chunks),
+    }
+}
+
+/// Worker issues of the row binary kernels (`add_rows_f16`, …) for `rows` rows of `chunks`
+/// 4-value chunks: set-up 14 (shl, add, 8×ld32, 2×brz, 2×add); per row 3 moves, 2 loads, the
+/// op, 2 loads, nop, rpt (10), one bundle per chunk after the first, st64pi, 3 pointer adds,
+/// brnzdec; exit. Empty: 12 (no rows) or 13 (no chunks).
+pub fn binary_rows_issues(rows: u64, chunks: u64) -> u64 {
+    match (rows, chunks) {
+        (0, _) => 12,
+        (_, 0) => 13,
+        _ => 15 + rows * (14 + chunks),
     }
 }
 

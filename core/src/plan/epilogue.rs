@@ -7,7 +7,7 @@
 use alloc::vec::Vec;
 
 use super::cost;
-use super::matmul::{add_descriptors, descriptor_issues, zero, MatMul, GELU_CONSTANTS, ROW, SCRATCH, SLACK};
+use super::matmul::{add_descriptors, descriptor_issues, zero, MatMul, ROW, SCRATCH, SLACK};
 use super::{Buffer, Kernel, MemKind, SliceRef, Word};
 
 /// One K-group root: its tile, the workers' row ranges, its column blocks and block size, the
@@ -68,14 +68,14 @@ pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
     if epi.is_some_and(|e| e.residual.is_some()) {
         residual(mm, r, &mut f);
     }
-    if epi.is_some_and(|e| e.gelu) {
+    if let Some(form) = epi.and_then(|e| e.gelu) {
         // 16 values = 4 chunks per row.
+        let kernel = super::matmul::gelu_kernel(form, 0, 0).0;
         let launch = per_worker(r, &rows, 4, |chunks| {
-            let mut w: Vec<Word> = GELU_CONSTANTS.iter().map(|c| Word::Const(c.to_bits())).collect();
-            w.extend((0..7).map(|_| Word::Const(0)));
-            (w, cost::gelu_issues(chunks, r.nbt))
+            let (_, w, issues) = super::matmul::gelu_kernel(form, chunks, r.nbt);
+            (w, issues)
         });
-        f.launches.push((Kernel::GeluF16, launch.0, launch.1));
+        f.launches.push((kernel, launch.0, launch.1));
     }
     if mm.out != mm.acc {
         // 8 floats = 2 quads per row.

@@ -13,7 +13,7 @@ use super::exchange::{self, Transfer};
 use super::{
     BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
 };
-use crate::graph::{matmul_dims, Graph, TensorId};
+use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
 /// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
@@ -26,6 +26,35 @@ pub(super) const SLACK: u32 = 48;
 /// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, 2. The
 /// host reference uses the same values (`reference::gelu_device`).
 pub const GELU_CONSTANTS: [f32; 5] = [0.797_884_6, 0.044_715, 0.5, 1.0, 2.0];
+
+/// The f32 constants of `gelu_erf_f16` (descriptor words 4..12): p/√2, 1, −0.5, a5, a4, a3, a2,
+/// a1, 0.5, where p and a1..a5 are Abramowitz & Stegun's formula 7.1.26 for erf (Handbook of
+/// Mathematical Functions, 1964: `erf z = 1 − t(a1 + t(a2 + …))e^{−z²}`, `t = 1/(1 + pz)`,
+/// |error| ≤ 1.5e−7 for z ≥ 0). p/√2 folds z = |x|/√2 into t. The host reference uses the same
+/// values (`reference::gelu_erf_device`).
+pub const GELU_ERF_CONSTANTS: [f32; 9] = [
+    0.231_641_89,
+    1.0,
+    -0.5,
+    1.061_405_429,
+    -1.453_152_027,
+    1.421_413_741,
+    -0.284_496_736,
+    0.254_829_592,
+    0.5,
+];
+
+/// The kernel of a GeLU form, its descriptor's constant words (12, after the four block words)
+/// and its worker issues for `chunks` per block over `blocks` blocks.
+pub fn gelu_kernel(form: GeluForm, chunks: u64, blocks: u64) -> (Kernel, Vec<Word>, u64) {
+    let (kernel, constants, issues): (_, &[f32], _) = match form {
+        GeluForm::Tanh => (Kernel::GeluF16, &GELU_CONSTANTS, cost::gelu_issues(chunks, blocks)),
+        GeluForm::Erf => (Kernel::GeluErfF16, &GELU_ERF_CONSTANTS, cost::gelu_erf_issues(chunks, blocks)),
+    };
+    let mut w: Vec<Word> = constants.iter().map(|c| Word::Const(c.to_bits())).collect();
+    w.resize(12, Word::Const(0));
+    (kernel, w, issues)
+}
 
 /// A matmul in the planner's terms.
 #[derive(Clone, Debug)]
@@ -63,8 +92,8 @@ pub struct Epilogue {
     pub bias: Option<TensorId>,
     /// Then `C += R` for a whole `[M, N]` tensor (a residual), `add_f16` over C's layout.
     pub residual: Option<TensorId>,
-    /// Then `C = gelu(C)` (tanh form), `gelu_f16`.
-    pub gelu: bool,
+    /// Then `C = gelu(C)`, `gelu_f16` (tanh form) or `gelu_erf_f16`.
+    pub gelu: Option<GeluForm>,
     /// The tensor the output binding reads (the last fused op's result).
     pub result: TensorId,
 }

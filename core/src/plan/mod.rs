@@ -6,6 +6,7 @@ mod casts;
 pub mod chain;
 pub mod columns;
 pub mod cost;
+pub mod elementwise;
 mod epilogue;
 pub mod exchange;
 pub mod liveness;
@@ -23,7 +24,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
-use crate::graph::{Graph, OpKind, TensorId};
+use crate::graph::{BinaryOp, Graph, OpKind, TensorId};
 
 /// What a buffer holds, for the memory report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -139,6 +140,12 @@ pub enum Kernel {
     LayerNormVar,
     /// Launch 3: mean and variance from the partials, each worker normalises its columns.
     LayerNormApply,
+    /// `x = gelu(x)` in the erf form, in place over blocks of f16 (descriptor: ptr, 4-value chunks
+    /// per block, block stride, blocks, the nine `matmul::GELU_ERF_CONSTANTS`; 64 bytes).
+    GeluErfF16,
+    /// `out = a ∘ b` over f16 rows, a row stride of 0 broadcasting one row (descriptor: 32 bytes
+    /// per worker, `elementwise.rs`; docs/kernels.md `add_rows_f16`).
+    BinaryF16(BinaryOp),
 }
 
 /// One step of a tile's `run` call.
@@ -366,7 +373,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::MatMul { .. } => "matmul",
         OpKind::Cast { .. } => "cast",
         OpKind::Softmax { .. } => "softmax",
-        OpKind::Add { .. } => "add",
+        OpKind::Binary { op, .. } => op.name(),
         OpKind::Gelu { .. } => "gelu",
         OpKind::LayerNorm { .. } => "layernorm",
         OpKind::Reshape { .. } => "reshape",
@@ -383,7 +390,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let cut = stages::partition(graph);
-    // A lone row op (layernorm, transpose) and any view need the stage planner even as one stage.
+    // A lone row op (layernorm, transpose, elementwise) and any view need the stage planner even as one stage.
     let needs_stages = cut.len() > 1
         || (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
         || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
@@ -544,13 +551,15 @@ pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
     if c.dtype != DType::F16 || c.shape.len() != 2 || rest.is_empty() || rest.len() > 3 {
         return None;
     }
-    let mut epi = matmul::Epilogue { bias: None, residual: None, gelu: false, result: mm.output };
+    let mut epi = matmul::Epilogue { bias: None, residual: None, gelu: None, result: mm.output };
     let mut last = mm.output;
     for (i, op) in rest.iter().enumerate() {
         match op.kind {
             // In order: a bias (a vector of the columns), a residual (a whole [M, N] tensor), both
             // given (inputs or params), then gelu.
-            OpKind::Add { a, b } if (a == last || b == last) && epi.residual.is_none() && !epi.gelu => {
+            OpKind::Binary { op: BinaryOp::Add, a, b }
+                if (a == last || b == last) && epi.residual.is_none() && epi.gelu.is_none() =>
+            {
                 let other = if a == last { b } else { a };
                 let v = g.tensor(other);
                 if !g.is_source(other) || v.dtype != DType::F16 {
@@ -564,7 +573,7 @@ pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
                     return None;
                 }
             }
-            OpKind::Gelu { input } if input == last && i == rest.len() - 1 => epi.gelu = true,
+            OpKind::Gelu { input, form } if input == last && i == rest.len() - 1 => epi.gelu = Some(form),
             _ => return None,
         }
         last = op.output;
@@ -582,7 +591,7 @@ fn plan_matmul(
     match op.kind {
         OpKind::Cast { .. }
         | OpKind::Softmax { .. }
-        | OpKind::Add { .. }
+        | OpKind::Binary { .. }
         | OpKind::Gelu { .. }
         | OpKind::LayerNorm { .. }
         | OpKind::Reshape { .. }

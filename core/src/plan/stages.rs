@@ -1,6 +1,7 @@
 //! Graphs of several mappings (docs/graph-planner.md, step 1 and the re-block redistribution):
 //! the graph is cut into *stages*, each planned by one existing mapping — a matmul grid with its
-//! fused epilogue (bias, residual, GeLU), a row op on its own rows (layernorm, `rows.rs`), or a
+//! fused epilogue (bias, residual, GeLU), a row op on its own rows (layernorm, `rows.rs`;
+//! add/sub/mul/gelu, `elementwise.rs`), or a
 //! row chain (casts, softmax, batched matmuls) — and a
 //! tensor made by one stage and read by a later one is moved by a redistribution superstep from
 //! the producer's output slices to the consumer's input slices. Sources (inputs, params) are bound
@@ -31,9 +32,12 @@ pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
         && (alpha.is_none() || accumulate == DType::F16))
 }
 
-/// An op planned on its own rows (`rows.rs`).
+/// An op planned on its own rows: a layernorm (`rows.rs`), a last-two-axes transpose
+/// (`transpose.rs`), or an elementwise op no matmul took into its epilogue (`elementwise.rs`).
 pub(super) fn row_op(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::LayerNorm { .. }) || super::transpose::swaps_last_two(g, op)
+    matches!(g.ops[op].kind, OpKind::LayerNorm { .. })
+        || super::transpose::swaps_last_two(g, op)
+        || super::elementwise::is_elementwise(g, op)
 }
 
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
@@ -193,6 +197,10 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
         // The stage's mapping; a row-chain stage's refusal is marked as such.
         let (planned, chain_stage) = if super::transpose::swaps_last_two(g, ops[0]) {
             (super::transpose::plan(&sub, 0, opts.tiles), false)
+        } else if let OpKind::Binary { .. } = g.ops[ops[0]].kind {
+            (super::elementwise::binary(&sub, 0, opts.tiles), false)
+        } else if let OpKind::Gelu { .. } = g.ops[ops[0]].kind {
+            (super::elementwise::gelu(&sub, 0, opts.tiles), false)
         } else if row_op(g, ops[0]) {
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {

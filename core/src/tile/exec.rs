@@ -472,6 +472,7 @@ pairop!(f32v2add, floats, from_floats, |x, y| x + y);
 pairop!(f32v2mul, floats, from_floats, |x, y| x * y);
 pairop!(f16v4add, halves, from_halves, |x, y| f16::from_f32(x.to_f32() + y.to_f32()));
 pairop!(f16v4mul, halves, from_halves, |x, y| f16::from_f32(x.to_f32() * y.to_f32()));
+pairop!(f16v4sub, halves, from_halves, |x, y| f16::from_f32(x.to_f32() - y.to_f32()));
 
 pub(crate) fn f16v2tof32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let s = cx.regs.a[a[1] as usize];

@@ -7,7 +7,7 @@
 
 use half::f16;
 use ipu_core::fp8::{self, Fp8Format};
-use ipu_core::graph::{matmul_shape, Graph, OpKind};
+use ipu_core::graph::{matmul_shape, BinaryOp, GeluForm, Graph, OpKind};
 use ipu_core::plan::matmul::{fan_in, reduction_rounds, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
@@ -127,6 +127,26 @@ pub fn gelu_device(h: f32) -> f32 {
     let t = one - two / (e + one);
     let y = (x * half) * (one + t);
     round(y, DType::F16)
+}
+
+/// GeLU (erf form) as `gelu_erf_f16` computes it: f32 operations in the kernel's order with the
+/// constants of `plan::matmul::GELU_ERF_CONSTANTS`, libm's `sqrtf` and `expf` (as the
+/// simulator's `f32sqrt` and `f32exp`), one f16 rounding at the end.
+pub fn gelu_erf_device(h: f32) -> f32 {
+    let [p, one, mhalf, a5, a4, a3, a2, a1, half] = ipu_core::plan::matmul::GELU_ERF_CONSTANTS;
+    let x = h;
+    let sq = x * x;
+    let ab = libm::sqrtf(sq);
+    let r = x + ab;
+    let t = one / (ab * p + one);
+    let e = (libm::expf(sq * mhalf) * ab) * t;
+    let s = ((((((((t * a5) + a4) * t) + a3) * t) + a2) * t) + a1) * e;
+    round((r - s) * half, DType::F16)
+}
+
+/// GeLU (erf form) in f64: `0.5x(1 + erf(x/√2))`.
+pub fn gelu_erf_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
 }
 
 /// GeLU (tanh form, `gelu_pytorch_tanh`) in f64.
@@ -271,21 +291,29 @@ pub fn evaluate(
                 let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
                 (t, ex, bd)
             }
-            OpKind::Gelu { input } => {
+            OpKind::Gelu { input, form } => {
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
                 let (ein, bin) = (&exact[name], &bound[name]);
-                let data = x.data.iter().map(|v| gelu_device(*v)).collect();
-                let ex: Vec<f64> = ein.iter().map(|v| gelu_f64(*v)).collect();
+                let (device, f64_form): (fn(f32) -> f32, fn(f64) -> f64) = match form {
+                    GeluForm::Tanh => (gelu_device, gelu_f64),
+                    GeluForm::Erf => (gelu_erf_device, gelu_erf_f64),
+                };
+                let data = x.data.iter().map(|v| device(*v)).collect();
+                let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
                 let bd = ex
                     .iter()
                     .zip(ein.iter().zip(bin))
                     .map(|(y, (x, b))| {
-                        // gelu is 1.13-Lipschitz; the f32 formula's own error is at most ~40 ulps of 1
-                        // in t (exp, divide and the constants), times 0.5|x|; then one f16 rounding.
-                        let carried = 1.13 * b
-                            + 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24)
-                            + 8.0 * 2f64.powi(-24) * y.abs();
+                        // gelu is 1.13-Lipschitz (either form). The tanh formula's own f32 error is
+                        // at most ~40 ulps of 1 in t (exp, divide and the constants), times 0.5|x|;
+                        // the erf form's is A&S 7.1.26's 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32
+                        // ulps of 1 in Φ, times |x|; then one f16 rounding.
+                        let formula = match form {
+                            GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
+                            GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
+                        };
+                        let carried = 1.13 * b + formula + 8.0 * 2f64.powi(-24) * y.abs();
                         carried
                             + unit_roundoff(DType::F16) * (y.abs() + carried)
                             + underflow_error(DType::F16)
@@ -293,7 +321,7 @@ pub fn evaluate(
                     .collect();
                 (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
-            OpKind::Add { a, b } => {
+            OpKind::Binary { op, a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
                 let (na, nb) = (&g.tensor(*a).name, &g.tensor(*b).name);
                 let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &bound[na], &bound[nb]);
@@ -303,13 +331,32 @@ pub fn evaluate(
                         (broadcast_index(&out.shape, &x.shape, i), broadcast_index(&out.shape, &y.shape, i))
                     })
                     .unzip();
-                // The device adds in f32 and rounds once to f16 (`f16v4add`).
-                let data = (0..n).map(|i| round(x.data[ia[i]] + y.data[ib[i]], DType::F16)).collect();
+                // The device computes in f32 and rounds once to f16 (`f16v4add`/`sub`/`mul`).
+                let f32_op = |p: f32, q: f32| match op {
+                    BinaryOp::Add => p + q,
+                    BinaryOp::Sub => p - q,
+                    BinaryOp::Mul => p * q,
+                };
+                let data = (0..n).map(|i| round(f32_op(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
                 let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
-                let ex: Vec<f64> = (0..n).map(|i| ea[ia[i]] + eb[ib[i]]).collect();
+                let ex: Vec<f64> = (0..n)
+                    .map(|i| {
+                        let (p, q) = (ea[ia[i]], eb[ib[i]]);
+                        match op {
+                            BinaryOp::Add => p + q,
+                            BinaryOp::Sub => p - q,
+                            BinaryOp::Mul => p * q,
+                        }
+                    })
+                    .collect();
                 let bd = (0..n)
                     .map(|i| {
-                        let carried = ba[ia[i]] + bb[ib[i]];
+                        let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
+                        // Operand errors carried: |Δ(p ± q)| ≤ bp + bq; |Δ(pq)| ≤ |p|bq + |q|bp + bp·bq.
+                        let carried = match op {
+                            BinaryOp::Add | BinaryOp::Sub => bp + bq,
+                            BinaryOp::Mul => p.abs() * bq + q.abs() * bp + bp * bq,
+                        };
                         carried + u * (ex[i].abs() + carried) + sub
                     })
                     .collect();

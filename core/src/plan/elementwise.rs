@@ -1,0 +1,282 @@
+//! Elementwise ops on their own rows (docs/graph-planner.md "Row ops"): `add`, `sub`, `mul` with
+//! NumPy broadcasting and `gelu` (either form), where no matmul before them takes them into its
+//! epilogue — the residual add of a layer-normalised stream, a gate, a GeLU after a layernorm.
+//! The output's rows (all leading dimensions flattened) are split over tiles as `rows.rs` splits
+//! a layernorm's, each row packed to a multiple of four values (8-byte aligned, zero padding, so
+//! the padding stays zero: 0 ∘ 0 = 0 and gelu(0) = 0); a tile's rows are split over its six
+//! workers, or, with fewer rows than workers, each worker takes a share of every row's columns.
+//!
+//! Operands: one that varies only along the last axis (a bias `[D]`, `[1, 1, D]`) is held once per
+//! tile and read with a row stride of 0; any other is laid out row by row like the output, its
+//! rows chosen by the broadcast (`[A, 1, D]` against `[A, B, D]` reads row `a` for each of the B
+//! rows). Broadcasting along the last axis (`[R, 1]` against `[R, D]`, a scalar) is refused with
+//! the shapes: it needs a splat kernel that does not exist yet. The result is written in place
+//! over an operand laid out like it.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use ipu_schema::Direction;
+
+use super::matmul::{gelu_kernel, split, zero};
+use super::{cost, BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
+use crate::graph::{Graph, OpKind};
+use crate::target::WORKERS;
+
+/// Read-ahead slack after a streamed operand: the row kernels load two chunks ahead of the
+/// chunk they store, one chunk past a row's end.
+const READ_AHEAD: u64 = 8;
+
+/// The longest row a row kernel takes: one `rpt` of at most 4095 bundles per row.
+const MAX_CHUNKS: u64 = crate::target::RPT_MAX_COUNT as u64;
+
+/// Whether op `op` is planned here: a binary op or a gelu (the stage planner asks after the
+/// matmul epilogue declined it).
+pub fn is_elementwise(g: &Graph, op: usize) -> bool {
+    matches!(g.ops[op].kind, OpKind::Binary { .. } | OpKind::Gelu { .. })
+}
+
+/// The rows of a tensor of `shape`: (rows, values per row, bytes per packed row).
+fn rows_of(shape: &[u64]) -> (u64, u64, u64) {
+    let d = *shape.last().unwrap_or(&1);
+    let rows = shape.iter().product::<u64>() / d.max(1);
+    (rows, d, d.div_ceil(4) * 8)
+}
+
+/// Per worker: rows `[w0, w1)` and 4-value chunks `[c0, c1)` of a tile's `rows` rows of `chunks`
+/// chunks — whole rows per worker, or with fewer rows than workers a share of every row.
+fn worker_ranges(rows: u64, chunks: u64) -> Vec<(u64, u64, u64, u64)> {
+    let w = WORKERS as u64;
+    (0..w)
+        .map(|k| {
+            if rows >= w {
+                let (w0, w1) = split(rows, w, k);
+                (w0, w1, 0, chunks)
+            } else {
+                let (c0, c1) = split(chunks, w, k);
+                (0, rows, c0, c1)
+            }
+        })
+        .collect()
+}
+
+/// How a binary operand is read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// One row for every output row (row stride 0).
+    OneRow,
+    /// Row by row like the output.
+    Rows,
+}
+
+/// For output row `row` of `out` (leading dimensions), the row of an operand of shape `from`
+/// (right-aligned leading dimensions, broadcast where they are 1).
+fn operand_row(out: &[u64], from: &[u64], mut row: u64) -> u64 {
+    let (lo, lf) = (out.len(), from.len());
+    let mut index = 0u64;
+    let mut scale = 1u64;
+    for axis in (0..lo).rev() {
+        let i = row % out[axis];
+        row /= out[axis];
+        // The operand's axis aligned with this one, if it has it.
+        if let Some(fa) = (axis + lf).checked_sub(lo) {
+            let dim = from[fa];
+            if dim != 1 {
+                index += i * scale;
+            }
+            scale *= dim;
+        }
+    }
+    index
+}
+
+/// Plan op `op` (`add`, `sub` or `mul`) of `g` on up to `tiles` tiles.
+pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
+    let OpKind::Binary { op: kind, a, b } = g.ops[op].kind else {
+        return Err(PlanError::Unsupported(op, "not a binary op".into()));
+    };
+    let out = g.tensor(g.ops[op].output);
+    let (rows_total, d, stride) = rows_of(&out.shape);
+    let chunks = stride / 8;
+    let lead = &out.shape[..out.shape.len().saturating_sub(1)];
+    let mut reads = [Read::Rows; 2];
+    for (k, &t) in [a, b].iter().enumerate() {
+        let x = g.tensor(t);
+        let last = *x.shape.last().unwrap_or(&1);
+        if last != d {
+            return Err(PlanError::Unsupported(
+                op,
+                format!(
+                    "`{}` {:?} is broadcast along the last axis against {:?}; broadcasting a column or a \
+                     scalar is not supported yet (give it the last axis of the result)",
+                    x.name, x.shape, out.shape
+                ),
+            ));
+        }
+        if x.elements() == d && rows_total > 1 {
+            reads[k] = Read::OneRow;
+        }
+    }
+    if chunks > MAX_CHUNKS {
+        return Err(PlanError::Unsupported(
+            op,
+            format!("rows of {d} values are longer than the row kernels take ({} values)", 4 * MAX_CHUNKS),
+        ));
+    }
+    // The result is written over an operand laid out like it.
+    let in_place = if reads[0] == Read::Rows { "A" } else { "B" };
+    let tm = (tiles as u64).min(rows_total).max(1);
+    let row_bytes = (2 * d) as u32;
+    let mut plans = vec![TilePlan::default(); tiles];
+    let mut slices: [Vec<SliceRef>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..tm {
+        let (r0, r1) = split(rows_total, tm, i);
+        let (tile, rows) = (i as u16, r1 - r0);
+        let p = &mut plans[tile as usize];
+        for (k, (&t, name)) in [a, b].iter().zip(["A", "B"]).enumerate() {
+            let from = &g.tensor(t).shape;
+            let from_lead = &from[..from.len().saturating_sub(1)];
+            let held = if reads[k] == Read::OneRow { 1 } else { rows };
+            p.buffers.push(zero(name, held * stride + READ_AHEAD, MemKind::Tensor));
+            if reads[k] == Read::OneRow {
+                slices[k].push(row_slice(tile, name, 0, 0, 1, row_bytes, stride));
+                continue;
+            }
+            // Runs of output rows that read consecutive operand rows.
+            let mut r = r0;
+            while r < r1 {
+                let first = operand_row(lead, from_lead, r);
+                let mut n = 1;
+                while r + n < r1 && operand_row(lead, from_lead, r + n) == first + n {
+                    n += 1;
+                }
+                let at = ((r - r0) * stride) as u32;
+                slices[k].push(row_slice(tile, name, at, first * row_bytes as u64, n, row_bytes, stride));
+                r += n;
+            }
+        }
+        slices[2].push(row_slice(tile, in_place, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
+        let step = |k: usize| if reads[k] == Read::OneRow { 0 } else { stride };
+        let mut words = Vec::new();
+        let mut issues = 0;
+        for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
+            let at = |k: usize| (w0 * step(k) + c0 * 8) as u32;
+            words.extend([
+                Word::Sym("A".into(), at(0)),
+                Word::Const(step(0) as u32),
+                Word::Sym("B".into(), at(1)),
+                Word::Const(step(1) as u32),
+                Word::Sym(in_place.into(), (w0 * stride + c0 * 8) as u32),
+                Word::Const(stride as u32),
+                Word::Const((w1 - w0) as u32),
+                Word::Const((c1 - c0) as u32),
+            ]);
+            issues = issues.max(cost::binary_rows_issues(w1 - w0, c1 - c0));
+        }
+        p.launch(super::op_phase(g, op), Kernel::BinaryF16(kind), "dew".into(), words, issues);
+    }
+    let [sa, sb, sy] = slices;
+    let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
+    let bindings =
+        vec![bind(a, Direction::Input, sa), bind(b, Direction::Input, sb), bind(g.ops[op].output, Direction::Output, sy)];
+    let mut grids = vec![[1, 1, 1]; g.ops.len()];
+    grids[op] = [tm as u32, 1, 1];
+    let mapping = format!(
+        "{} rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}",
+        kind.name(),
+        rows_total.div_ceil(tm)
+    );
+    Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
+}
+
+/// Plan op `op` (a gelu) of `g` on up to `tiles` tiles, in place over its rows.
+pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
+    let OpKind::Gelu { input, form } = g.ops[op].kind else {
+        return Err(PlanError::Unsupported(op, "not a gelu".into()));
+    };
+    let (rows_total, d, stride) = rows_of(&g.tensor(input).shape);
+    let chunks = stride / 8;
+    let tm = (tiles as u64).min(rows_total).max(1);
+    let row_bytes = (2 * d) as u32;
+    let mut plans = vec![TilePlan::default(); tiles];
+    let (mut xs, mut ys) = (Vec::new(), Vec::new());
+    let kernel = gelu_kernel(form, 0, 0).0;
+    for i in 0..tm {
+        let (r0, r1) = split(rows_total, tm, i);
+        let (tile, rows) = (i as u16, r1 - r0);
+        let p = &mut plans[tile as usize];
+        p.buffers.push(zero("X", rows * stride, MemKind::Tensor));
+        xs.push(row_slice(tile, "X", 0, r0 * row_bytes as u64, rows, row_bytes, stride));
+        ys.push(row_slice(tile, "X", 0, r0 * row_bytes as u64, rows, row_bytes, stride));
+        let mut words = Vec::new();
+        let mut issues = 0;
+        for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
+            let (_, constants, n) = gelu_kernel(form, c1 - c0, w1 - w0);
+            words.extend([
+                Word::Sym("X".into(), (w0 * stride + c0 * 8) as u32),
+                Word::Const((c1 - c0) as u32),
+                Word::Const(stride as u32),
+                Word::Const((w1 - w0) as u32),
+            ]);
+            words.extend(constants);
+            issues = issues.max(n);
+        }
+        p.launch(super::op_phase(g, op), kernel, "dew".into(), words, issues);
+    }
+    let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
+    let bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];
+    let mut grids = vec![[1, 1, 1]; g.ops.len()];
+    grids[op] = [tm as u32, 1, 1];
+    let mapping = format!("gelu rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}", rows_total.div_ceil(tm));
+    Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
+}
+
+/// `rows` packed rows of `row_bytes` tensor bytes from `tensor_offset`, at `offset` in `buffer`.
+fn row_slice(
+    tile: u16,
+    buffer: &str,
+    offset: u32,
+    tensor_offset: u64,
+    rows: u64,
+    row_bytes: u32,
+    stride: u64,
+) -> SliceRef {
+    SliceRef {
+        tile,
+        buffer: String::from(buffer),
+        offset,
+        tensor_offset,
+        rows: rows as u32,
+        row_bytes,
+        tensor_stride: row_bytes as u64,
+        tile_stride: stride as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_rows_follow_numpy() {
+        // [2, 3, D] against [2, 1, D]: rows 0..3 read row 0, rows 3..6 read row 1.
+        let rows: Vec<u64> = (0..6).map(|r| operand_row(&[2, 3], &[2, 1], r)).collect();
+        assert_eq!(rows, [0, 0, 0, 1, 1, 1]);
+        // Against [3, D] (right-aligned): row r reads r mod 3.
+        let rows: Vec<u64> = (0..6).map(|r| operand_row(&[2, 3], &[3], r)).collect();
+        assert_eq!(rows, [0, 1, 2, 0, 1, 2]);
+        // Same shape: the identity.
+        let rows: Vec<u64> = (0..6).map(|r| operand_row(&[2, 3], &[2, 3], r)).collect();
+        assert_eq!(rows, [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn few_rows_share_columns_among_workers() {
+        let r = worker_ranges(2, 12);
+        assert!(r.iter().all(|&(w0, w1, _, _)| (w0, w1) == (0, 2)));
+        assert_eq!(r.iter().map(|&(_, _, c0, c1)| c1 - c0).sum::<u64>(), 12);
+        let r = worker_ranges(13, 5);
+        assert_eq!(r.iter().map(|&(w0, w1, _, _)| w1 - w0).sum::<u64>(), 13);
+    }
+}
