@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 use ipu_schema::Direction;
 
 use super::matmul::{gelu_kernel, split, zero};
+use super::redistribute::{word_launch, COPY_MAX_WORDS};
 use super::{cost, BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::WORKERS;
@@ -124,8 +125,12 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             format!("rows of {d} values are longer than the row kernels take ({} values)", 4 * MAX_CHUNKS),
         ));
     }
-    // The result is written over an operand laid out like it.
-    let in_place = if reads[0] == Read::Rows { "A" } else { "B" };
+    // The result is written over an operand laid out like it — unless that operand is bound by
+    // the host and the result is read by it: the host fills outputs with NaN before a run (a
+    // result nothing wrote must not pass) and would overwrite the operand.
+    let y = g.ops[op].output;
+    let full = if reads[0] == Read::Rows { 0 } else { 1 };
+    let in_place = if separate_output(g, [a, b][full], y) { "Y" } else { ["A", "B"][full] };
     let tm = (tiles as u64).min(rows_total).max(1);
     let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
@@ -155,6 +160,9 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                 slices[k].push(row_slice(tile, name, at, first * row_bytes as u64, n, row_bytes, stride));
                 r += n;
             }
+        }
+        if in_place == "Y" {
+            p.buffers.push(zero("Y", rows * stride, MemKind::Tensor));
         }
         slices[2].push(row_slice(tile, in_place, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
         let step = |k: usize| if reads[k] == Read::OneRow { 0 } else { stride };
@@ -190,7 +198,14 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
 }
 
-/// Plan op `op` (a gelu) of `g` on up to `tiles` tiles, in place over its rows.
+/// Whether the result must not be written over `operand`: the host binds the operand and reads
+/// the result (it fills outputs with NaN before a run, so that a result nothing wrote fails).
+fn separate_output(g: &Graph, operand: crate::graph::TensorId, result: crate::graph::TensorId) -> bool {
+    g.is_source(operand) && g.outputs.contains(&result)
+}
+
+/// Plan op `op` (a gelu) of `g` on up to `tiles` tiles, in place over its rows (after a copy when
+/// the input and the result are both the host's, `separate_output`).
 pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let OpKind::Gelu { input, form } = g.ops[op].kind else {
         return Err(PlanError::Unsupported(op, "not a gelu".into()));
@@ -202,23 +217,42 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let mut plans = vec![TilePlan::default(); tiles];
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     let kernel = gelu_kernel(form, 0, 0).0;
+    let out = if separate_output(g, input, g.ops[op].output) { "Y" } else { "X" };
     for i in 0..tm {
         let (r0, r1) = split(rows_total, tm, i);
         let (tile, rows) = (i as u16, r1 - r0);
         let p = &mut plans[tile as usize];
         p.buffers.push(zero("X", rows * stride, MemKind::Tensor));
+        if out == "Y" {
+            p.buffers.push(zero("Y", rows * stride, MemKind::Tensor));
+        }
         xs.push(row_slice(tile, "X", 0, r0 * row_bytes as u64, rows, row_bytes, stride));
-        ys.push(row_slice(tile, "X", 0, r0 * row_bytes as u64, rows, row_bytes, stride));
+        ys.push(row_slice(tile, out, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
+        if out == "Y" {
+            // The gelu kernels work in place: the input is copied to the output first.
+            let words = (rows * stride / 4) as u32;
+            let segs = (0..words)
+                .step_by(COPY_MAX_WORDS as usize)
+                .map(|w| {
+                    let n = (words - w).min(COPY_MAX_WORDS);
+                    (n, vec![Word::Sym("X".into(), 4 * w), Word::Sym("Y".into(), 4 * w)])
+                })
+                .collect();
+            let (bufs, issues) = word_launch(segs, cost::copy_issues, "cl", "cd");
+            p.buffers.extend(bufs);
+            p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), issues));
+        }
         let mut words = Vec::new();
         let mut issues = 0;
         for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
             let (_, constants, n) = gelu_kernel(form, c1 - c0, w1 - w0);
             words.extend([
-                Word::Sym("X".into(), (w0 * stride + c0 * 8) as u32),
+                Word::Sym(out.into(), (w0 * stride + c0 * 8) as u32),
                 Word::Const((c1 - c0) as u32),
                 Word::Const(stride as u32),
                 Word::Const((w1 - w0) as u32),
             ]);
+
             words.extend(constants);
             issues = issues.max(n);
         }

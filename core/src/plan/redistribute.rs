@@ -204,7 +204,7 @@ pub struct Superstep {
 }
 
 /// Longest segment `copy_words` takes (one `rpt` of two bundles per word).
-const COPY_MAX_WORDS: u32 = 4095;
+pub(super) const COPY_MAX_WORDS: u32 = 4095;
 
 /// Schedule moves as one exchange superstep plus on-tile copies; `tag` makes buffer names unique.
 pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
