@@ -182,6 +182,26 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
     let mut column_groups = opts.column_groups.unwrap_or(1);
+    // A graph of stages with matmul stages: the stage search (cast placements and stage grids).
+    let mut stage_grids: Vec<Option<[u32; 3]>> = Vec::new();
+    if opts.side_cast.is_none()
+        && opts.column_groups.is_none()
+        && grid.is_none()
+        && searched.is_none()
+        && opts.search_attempts > 0
+        && !ipu_core::plan::stages::matmul_stages(&graph).is_empty()
+    {
+        let state = opts.search_state.as_deref();
+        if let Some(out) = phase("search_plan", &mut timings, || {
+            crate::stage_search::stage_grids(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
+        })
+        .map_err(|e| BuildError::Options(format!("{file}: search: {e}")))?
+        {
+            side_cast = out.side_cast;
+            stage_grids = out.grids;
+            searched = Some((out.baseline_cycles, out.attempts));
+        }
+    }
     if opts.side_cast.is_none()
         && opts.column_groups.is_none()
         && grid.is_none()
@@ -204,8 +224,9 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     }
     let plan_opts =
         PlanOptions { grid, profile: opts.profile, side_cast, column_groups, ..PlanOptions::new(opts.tiles) };
-    let mut plan = phase("plan_kernels", &mut timings, || plan::plan(&graph, plan_opts))
-        .map_err(|err| BuildError::Plan(plan_error_message(file, src, &graph, &err)))?;
+    let mut plan =
+        phase("plan_kernels", &mut timings, || plan::plan_with_grids(&graph, plan_opts, &stage_grids))
+            .map_err(|err| BuildError::Plan(plan_error_message(file, src, &graph, &err)))?;
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }

@@ -19,6 +19,7 @@ pub mod reference;
 pub mod search;
 pub mod session;
 pub mod sim;
+pub mod stage_search;
 pub mod verdict;
 
 pub use device::{Device, DeviceError, ExchangeFault, RunReport, StopState};

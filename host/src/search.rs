@@ -22,6 +22,9 @@ pub struct Point {
     /// Column groups of the row-chain search (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub column_groups: Option<u32>,
+    /// Grids forced per matmul stage by the stage search, `[op, tm, tn, tk]` (`stage_search.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_grids: Option<Vec<[u64; 4]>>,
     /// Predicted cycles of a `run` call.
     pub cycles: u64,
 }
@@ -54,7 +57,7 @@ pub struct Outcome {
     pub attempts: u32,
 }
 
-fn digest(src: &str, tiles: usize) -> String {
+pub(crate) fn digest(src: &str, tiles: usize) -> String {
     let mut h = Sha256::new();
     h.update(src.as_bytes());
     h.update(tiles.to_le_bytes());
@@ -67,7 +70,7 @@ fn to_grid(g: Grid) -> [u64; 3] {
 }
 
 fn grid_point(g: Grid, cycles: u64) -> Point {
-    Point { grid: Some(to_grid(g)), placement: None, column_groups: None, cycles }
+    Point { grid: Some(to_grid(g)), placement: None, column_groups: None, stage_grids: None, cycles }
 }
 
 /// A cast placement by name.
@@ -77,7 +80,7 @@ fn placement(name: &str) -> Result<ipu_core::plan::chain::SideCast, String> {
 
 /// Load a state (if the file exists) for this model: format, digest, then `revalidate` must cost
 /// the incumbent exactly as saved.
-fn load_state(
+pub(crate) fn load_state(
     path: Option<&Path>,
     digest: &str,
     revalidate: impl Fn(&Point) -> Result<u64, String>,
@@ -105,7 +108,7 @@ fn load_state(
 }
 
 /// Save the state atomically (when a path is given).
-fn save_state(path: Option<&Path>, s: &SearchState) -> Result<(), String> {
+pub(crate) fn save_state(path: Option<&Path>, s: &SearchState) -> Result<(), String> {
     if let Some(p) = path {
         let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
         crate::atomic::write_atomic(p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -114,7 +117,7 @@ fn save_state(path: Option<&Path>, s: &SearchState) -> Result<(), String> {
     Ok(())
 }
 
-fn new_state(digest: String, baseline: Point) -> SearchState {
+pub(crate) fn new_state(digest: String, baseline: Point) -> SearchState {
     SearchState {
         format: "ipu-codegen-search-state".into(),
         version: 1,
@@ -141,6 +144,11 @@ pub fn parse_state(text: &str) -> Result<SearchState, String> {
             }
             (None, Some(name)) if !grid_search => {
                 placement(name)?;
+                for g in p.stage_grids.iter().flatten() {
+                    if g[1..].iter().any(|d| *d == 0 || *d > ipu_core::target::NUM_TILES as u64) {
+                        return Err(format!("stage grid {:?} of op {} out of range", &g[1..], g[0]));
+                    }
+                }
                 if p.column_groups.is_some_and(|g| g < 2 || g as usize > ipu_core::target::NUM_TILES) {
                     return Err(format!("column groups {:?} out of range", p.column_groups));
                 }
@@ -305,6 +313,7 @@ pub fn chain_layout(
         grid: None,
         placement: Some(c.name().into()),
         column_groups: (n > 1).then_some(n),
+        stage_grids: None,
         cycles,
     };
     let of = |p: &Point| -> Result<(u32, SideCast), String> {

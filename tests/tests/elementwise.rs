@@ -56,7 +56,9 @@ fn binary_ops_with_broadcasting_are_exact_and_costed() {
 #[test]
 fn gelu_of_any_rows_in_both_forms() {
     let mut report = String::new();
-    for (shape, tiles) in [(&[13u64, 37][..], 1), (&[3, 1152][..], 4), (&[2, 5, 96][..], 1472), (&[1, 3][..], 1)] {
+    for (shape, tiles) in
+        [(&[13u64, 37][..], 1), (&[3, 1152][..], 4), (&[2, 5, 96][..], 1472), (&[1, 3][..], 1)]
+    {
         for form in ["tanh", "none"] {
             let (sim, pred) = run(&gelu(shape, form), tiles);
             report.push_str(&format!("gelu {form} {shape:?} on {tiles}: simulated {sim} predicted {pred}\n"));
@@ -118,7 +120,10 @@ fn the_erf_formula_stays_within_its_bound_for_every_f16() {
 fn broadcasting_along_the_last_axis_is_refused_with_the_shapes() {
     let opts = BuildOptions { threads: 1, ..BuildOptions::new(4) };
     let e = build("ew.toml", &binary("mul", &[8, 16], &[8, 1]), &opts).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("op 0 (mul)") && e.contains("`B` [8, 1] is broadcast along the last axis against [8, 16]"), "{e}");
+    assert!(
+        e.contains("op 0 (mul)") && e.contains("`B` [8, 1] is broadcast along the last axis against [8, 16]"),
+        "{e}"
+    );
     // Shapes that do not broadcast are a model error naming the op.
     let e = build("ew.toml", &binary("sub", &[8, 16], &[5]), &opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("op 0 (sub): shapes [8, 16] and [5] do not broadcast"), "{e}");

@@ -94,3 +94,46 @@ fn cast_placement_search_resumes_from_its_saved_state() {
     let e = build("m.toml", &example(), &opts(2, 16, Some(state))).unwrap_err().to_string();
     assert!(e.contains("search state was saved for another model"), "{e}");
 }
+
+/// The encoder block example and its path (its params are `.npy` files beside it).
+fn block() -> (String, String) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/encoder_block/encoder_block.toml");
+    (path.to_string(), std::fs::read_to_string(path).unwrap())
+}
+
+#[test]
+fn stage_search_improves_the_block_for_any_thread_count_and_resumes() {
+    let (path, src) = block();
+    let o = |threads, attempts, state: Option<std::path::PathBuf>| BuildOptions {
+        threads,
+        search_attempts: attempts,
+        search_state: state,
+        ..BuildOptions::new(64)
+    };
+    let base = build(&path, &src, &o(2, 0, None)).unwrap();
+    let full = build(&path, &src, &o(2, 16, None)).unwrap();
+    let cycles = |p: &ipu_host::package::Package| {
+        let mut dev = SimDevice::new(SimConfig { tiles: 64, threads: 2, max_cycles: 10_000_000 }).unwrap();
+        load(&mut dev, p).unwrap();
+        dev.run_to_host_sync().unwrap();
+        dev.run_to_host_sync().unwrap().cycles
+    };
+    let (b, s) = (cycles(&base.package), cycles(&full.package));
+    println!("encoder block on 64 tiles: no search {b} cycles, stage search {s} cycles");
+    assert!(s < b, "searched {s} vs no search {b}");
+    assert!(full.package.plan.search_attempts >= 16);
+    // One thread builds the same package.
+    assert!(
+        build(&path, &src, &o(1, 16, None)).unwrap().bytes == full.bytes,
+        "thread count changed the package"
+    );
+    // Interrupted after the placement batch, then resumed: the uninterrupted package.
+    let d = tempfile::tempdir().unwrap();
+    let state = d.path().join("block-state.json");
+    build(&path, &src, &o(2, 1, Some(state.clone()))).unwrap();
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["attempts"], 2, "{saved}");
+    assert!(saved["incumbent"]["stage_grids"].is_array(), "{saved}");
+    let resumed = build(&path, &src, &o(2, 16, Some(state))).unwrap();
+    assert!(resumed.bytes == full.bytes, "resumed stage search built a different package");
+}

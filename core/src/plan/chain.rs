@@ -76,7 +76,8 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 .into(),
         );
     }
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Binary { .. } | OpKind::Gelu { .. })) {
+    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Binary { .. } | OpKind::Gelu { .. }))
+    {
         return unsupported(
             i,
             "add, sub, mul and gelu are planned on their own rows (`elementwise.rs`) or as a matmul's \

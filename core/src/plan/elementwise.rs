@@ -186,8 +186,11 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     }
     let [sa, sb, sy] = slices;
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
-    let bindings =
-        vec![bind(a, Direction::Input, sa), bind(b, Direction::Input, sb), bind(g.ops[op].output, Direction::Output, sy)];
+    let bindings = vec![
+        bind(a, Direction::Input, sa),
+        bind(b, Direction::Input, sb),
+        bind(g.ops[op].output, Direction::Output, sy),
+    ];
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
     let mapping = format!(
@@ -262,7 +265,8 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
-    let mapping = format!("gelu rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}", rows_total.div_ceil(tm));
+    let mapping =
+        format!("gelu rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}", rows_total.div_ceil(tm));
     Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
 }
 

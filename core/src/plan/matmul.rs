@@ -32,6 +32,8 @@ pub const GELU_CONSTANTS: [f32; 5] = [0.797_884_6, 0.044_715, 0.5, 1.0, 2.0];
 /// Mathematical Functions, 1964: `erf z = 1 − t(a1 + t(a2 + …))e^{−z²}`, `t = 1/(1 + pz)`,
 /// |error| ≤ 1.5e−7 for z ≥ 0). p/√2 folds z = |x|/√2 into t. The host reference uses the same
 /// values (`reference::gelu_erf_device`).
+// The published decimals, kept as printed; each rounds to the nearest f32.
+#[allow(clippy::excessive_precision)]
 pub const GELU_ERF_CONSTANTS: [f32; 9] = [
     0.231_641_89,
     1.0,

@@ -389,20 +389,31 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
 /// A graph those two cannot take whole is cut into stages joined by redistributions
 /// (`stages.rs`).
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+    plan_with_grids(graph, opts, &[])
+}
+
+/// [`plan`] with a grid forced for the matmul stages of a graph of stages: `grids[op]` for the
+/// stage whose matmul is op `op` (`None` or out of range: the grid the estimate picks). The stage
+/// search (`ipu-host` `search::stage_grids`) varies them.
+pub fn plan_with_grids(
+    graph: &Graph,
+    opts: PlanOptions,
+    grids: &[Option<[u32; 3]>],
+) -> Result<Plan, PlanError> {
     let cut = stages::partition(graph);
     // A lone row op (layernorm, transpose, elementwise) and any view need the stage planner even as one stage.
     let needs_stages = cut.len() > 1
         || (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
         || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
-    let mut plan = match single(graph, opts) {
-        Ok(p) => p,
-        // When a row-chain stage refuses, the whole-graph error says more (the same planner
-        // refused a larger piece, with the reason in the user's terms).
-        Err(whole) if needs_stages => {
-            stages::plan(graph, opts, &cut).map_err(|(e, in_chain)| if in_chain { whole } else { e })?
-        }
-        Err(e) => return Err(e),
-    };
+    let mut plan =
+        match single(graph, opts) {
+            Ok(p) => p,
+            // When a row-chain stage refuses, the whole-graph error says more (the same planner
+            // refused a larger piece, with the reason in the user's terms).
+            Err(whole) if needs_stages => stages::plan(graph, opts, &cut, grids)
+                .map_err(|(e, in_chain)| if in_chain { whole } else { e })?,
+            Err(e) => return Err(e),
+        };
     if opts.profile {
         plan.profile = Some(profile::instrument(&mut plan.tiles));
         plan.cost = cost::predict(&plan.tiles, &plan.horizons);
@@ -582,6 +593,17 @@ pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
     (g.outputs == [last]).then_some(epi)
 }
 
+/// The matmul planner's view of a graph whose op 0 is a matmul, with its fused epilogue.
+pub fn matmul_of(graph: &Graph, epilogue: Option<matmul::Epilogue>) -> Option<matmul::MatMul> {
+    let op = graph.ops.first()?;
+    let OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } = op.kind else { return None };
+    let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
+    mm.alpha = alpha;
+    mm.out = graph.tensor(op.output).dtype;
+    mm.epilogue = epilogue;
+    Some(mm)
+}
+
 fn plan_matmul(
     graph: &Graph,
     opts: PlanOptions,
@@ -598,7 +620,7 @@ fn plan_matmul(
         | OpKind::Transpose { .. } => {
             unreachable!("checked above")
         }
-        OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
+        OpKind::MatMul { a, b, accumulate, .. } => {
             let out = graph.tensor(op.output);
             let rounded_once = out.dtype == DType::F16 && accumulate == DType::F32;
             if (out.dtype != accumulate && !rounded_once) || !matches!(accumulate, DType::F16 | DType::F32) {
@@ -607,10 +629,7 @@ fn plan_matmul(
                     out.dtype.name(), accumulate.name()
                 )));
             }
-            let mut mm = matmul::MatMul::new(graph, a, b, op.output, transpose_a, transpose_b, accumulate);
-            mm.alpha = alpha;
-            mm.out = out.dtype;
-            mm.epilogue = epilogue;
+            let mm = matmul_of(graph, epilogue).expect("op 0 is a matmul");
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {

@@ -114,6 +114,22 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
     stages
 }
 
+/// The matmul stages of a graph of stages, for the stage search: the op of each stage's matmul
+/// and the matmul planner's view of it (with its fused epilogue), planned as `plan` plans it.
+pub fn matmul_stages(g: &Graph) -> Vec<(usize, super::matmul::MatMul)> {
+    let cut = partition(g);
+    if cut.len() < 2 {
+        return Vec::new();
+    }
+    cut.iter()
+        .filter(|ops| grid_matmul(g, ops[0]))
+        .filter_map(|ops| {
+            let sub = subgraph(g, ops, false);
+            super::matmul_of(&sub, fused_epilogue(&sub)).map(|mm| (ops[0], mm))
+        })
+        .collect()
+}
+
 /// Whether `ops` (a matmul and what follows it) form a matmul with a fused epilogue whose
 /// intermediate results nothing else reads.
 fn fusable(g: &Graph, ops: &[usize]) -> bool {
@@ -166,7 +182,12 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
 
 /// Plan the stages and join them with redistributions. An error says whether a row-chain stage
 /// refused (`true`): the caller may prefer the whole-graph planner's reason then.
-pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan, (PlanError, bool)> {
+pub fn plan(
+    g: &Graph,
+    opts: PlanOptions,
+    stages: &[Vec<usize>],
+    grids: &[Option<[u32; 3]>],
+) -> Result<Plan, (PlanError, bool)> {
     let mut merged = Plan {
         tiles: vec![TilePlan::default(); opts.tiles],
         bindings: Vec::new(),
@@ -204,7 +225,8 @@ pub fn plan(g: &Graph, opts: PlanOptions, stages: &[Vec<usize>]) -> Result<Plan,
         } else if row_op(g, ops[0]) {
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {
-            (super::plan_matmul(&sub, stage_opts, fused_epilogue(&sub)), false)
+            let grid = grids.get(ops[0]).copied().flatten();
+            (super::plan_matmul(&sub, PlanOptions { grid, ..stage_opts }, fused_epilogue(&sub)), false)
         } else {
             (chain::plan(&sub, stage_opts), true)
         };

@@ -295,9 +295,13 @@ pub fn evaluate(
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
                 let (ein, bin) = (&exact[name], &bound[name]);
-                let (device, f64_form): (fn(f32) -> f32, fn(f64) -> f64) = match form {
-                    GeluForm::Tanh => (gelu_device, gelu_f64),
-                    GeluForm::Erf => (gelu_erf_device, gelu_erf_f64),
+                let device: fn(f32) -> f32 = match form {
+                    GeluForm::Tanh => gelu_device,
+                    GeluForm::Erf => gelu_erf_device,
+                };
+                let f64_form: fn(f64) -> f64 = match form {
+                    GeluForm::Tanh => gelu_f64,
+                    GeluForm::Erf => gelu_erf_f64,
                 };
                 let data = x.data.iter().map(|v| device(*v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
