@@ -79,6 +79,12 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         BinaryF16(BinaryOp::Add) => "k_add_rows_f16",
         BinaryF16(BinaryOp::Sub) => "k_sub_rows_f16",
         BinaryF16(BinaryOp::Mul) => "k_mul_rows_f16",
+        SplatF16(BinaryOp::Add, false) => "k_add_splat_b_f16",
+        SplatF16(BinaryOp::Sub, false) => "k_sub_splat_b_f16",
+        SplatF16(BinaryOp::Mul, false) => "k_mul_splat_b_f16",
+        SplatF16(BinaryOp::Add, true) => "k_add_splat_a_f16",
+        SplatF16(BinaryOp::Sub, true) => "k_sub_splat_a_f16",
+        SplatF16(BinaryOp::Mul, true) => "k_mul_splat_a_f16",
     }
 }
 
@@ -126,6 +132,64 @@ const ROWS_BINARY: &str = "
     nop
     rpt $m2, 1
     { ld2st64pi $a0, $a2, $a4, $m11, $m12, $m13 ; {OP} $a4, $a0, $a2 }
+    st64pi $a4, $m13, 8
+    add $m3, $m3, $m7
+    add $m4, $m4, $m8
+    add $m5, $m5, $m9
+    brnzdec $m10, {NAME}_row
+{NAME}_done:
+    exit
+";
+
+/// `out = a ∘ b` over rows of f16 where one operand is one value per row (a column, `[R, 1]`) or
+/// one value in all (a scalar) (`cost::splat_rows_issues`): descriptor (the other operand, its row
+/// stride, the values — one f16 per 4 bytes —, their row stride (4, or 0 for a scalar), out, out
+/// row stride, rows, 4-value chunks per row (≥ 1), the last chunk's lane mask as two words), 64
+/// bytes per worker. Per row the value is splat into `$a6:7` (all lanes) and `$a8:9` (the last
+/// chunk's lanes only, so the row padding stays 0 ∘ 0 = 0). One chunk per `ld64pi`/op/`st64pi`.
+const ROWS_SPLAT: &str = "
+.align 8
+{NAME}:
+    shl $m6, $m0, 6
+    add $m6, $m1, $m6
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m7, $m6, $m15, 4
+    ld32 $m4, $m6, $m15, 8
+    ld32 $m8, $m6, $m15, 12
+    ld32 $m5, $m6, $m15, 16
+    ld32 $m9, $m6, $m15, 20
+    ld32 $m10, $m6, $m15, 24
+    ld32 $m2, $m6, $m15, 28
+    ld32 $m0, $m6, $m15, 32
+    ld32 $m1, $m6, $m15, 36
+    setzi $m6, 16
+    brz $m10, {NAME}_done
+    add $m10, $m10, -1
+    add $m2, $m2, -1
+{NAME}_row:
+    ldh16 $a6, $m4, $m15, 0
+    movma $m14, $a6
+    shl $m11, $m14, $m6
+    or $m14, $m14, $m11
+    movam $a6, $m14
+    movam $a7, $m14
+    and $m11, $m14, $m0
+    movam $a8, $m11
+    and $m11, $m14, $m1
+    movam $a9, $m11
+    add $m11, $m3, 0
+    add $m13, $m5, 0
+    add $m12, $m2, 0
+    brz $m12, {NAME}_last
+    add $m12, $m12, -1
+{NAME}_chunk:
+    ld64pi $a0, $m11, 8
+    {OP_FULL}
+    st64pi $a4, $m13, 8
+    brnzdec $m12, {NAME}_chunk
+{NAME}_last:
+    ld64pi $a0, $m11, 8
+    {OP_LAST}
     st64pi $a4, $m13, 8
     add $m3, $m3, $m7
     add $m4, $m4, $m8
@@ -235,6 +299,18 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         GeluF16 => return GELU_F16.replace("{GELU_BODY}", &gelu_body()),
         GeluErfF16 => return GELU_ERF_F16.replace("{HALF}", &gelu_erf_half()).replace("{NAME}", label(k)),
         BinaryF16(op) => (ROWS_BINARY, binary_mnemonic(op)),
+        SplatF16(op, splat_a) => {
+            let (full, last) = if splat_a {
+                ("$a4, $a6, $a0", "$a4, $a8, $a0")
+            } else {
+                ("$a4, $a0, $a6", "$a4, $a0, $a8")
+            };
+            let m = binary_mnemonic(op);
+            return ROWS_SPLAT
+                .replace("{OP_FULL}", &alloc::format!("{m} {full}"))
+                .replace("{OP_LAST}", &alloc::format!("{m} {last}"))
+                .replace("{NAME}", label(k));
+        }
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
         SoftmaxF16 => (SOFTMAX, ""),

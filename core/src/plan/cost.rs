@@ -36,6 +36,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         Kernel::GeluErfF16 => gelu_erf_issues(count as u64, 1),
         Kernel::BinaryF16(_) => binary_rows_issues(1, count as u64),
+        Kernel::SplatF16(..) => splat_rows_issues(1, count as u64),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;
         // st64pi, exit. An empty range exits after the branch.
         Kernel::AddF16 | Kernel::AddF32 => {
@@ -177,6 +178,18 @@ pub fn binary_rows_issues(rows: u64, chunks: u64) -> u64 {
         (_, 0) => 13,
         _ => 15 + rows * (14 + chunks),
     }
+}
+
+/// Worker issues of the splat row kernels (`add_splat_b_f16`, …) for `rows` rows of `chunks`
+/// 4-value chunks (≥ 1): set-up 16 (shl, add, 10×ld32, setzi, brz, 2×add); per row 10 to splat
+/// the value, 3 moves, brz, then for more than one chunk an `add` and 4 per chunk but the last
+/// (ld64pi, op, st64pi, brnzdec), the last chunk 3, 3 pointer adds, brnzdec; exit. No rows: 15.
+pub fn splat_rows_issues(rows: u64, chunks: u64) -> u64 {
+    if rows == 0 {
+        return 15;
+    }
+    let more = if chunks > 1 { 1 + 4 * (chunks - 1) } else { 0 };
+    17 + rows * (21 + more)
 }
 
 /// Worker issues of `bias_f16` for `rows` rows per block over `blocks` blocks: set-up 9 (shl,

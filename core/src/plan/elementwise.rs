@@ -9,9 +9,9 @@
 //! Operands: one that varies only along the last axis (a bias `[D]`, `[1, 1, D]`) is held once per
 //! tile and read with a row stride of 0; any other is laid out row by row like the output, its
 //! rows chosen by the broadcast (`[A, 1, D]` against `[A, B, D]` reads row `a` for each of the B
-//! rows). Broadcasting along the last axis (`[R, 1]` against `[R, D]`, a scalar) is refused with
-//! the shapes: it needs a splat kernel that does not exist yet. The result is written in place
-//! over an operand laid out like it.
+//! rows); one broadcast along the last axis (`[R, 1]` against `[R, D]`, a scalar) is one f16 per
+//! row (4 bytes apart) that the splat kernels spread across the row. The result is written in
+//! place over an operand laid out like it where there is one.
 
 use alloc::format;
 use alloc::string::String;
@@ -69,6 +69,20 @@ enum Read {
     OneRow,
     /// Row by row like the output.
     Rows,
+    /// One value per output row (a column `[…, 1]`, 4 bytes per row on the tile), or with
+    /// `scalar` one value for all rows: splat across the row by the splat kernels.
+    Splat { scalar: bool },
+}
+
+impl Read {
+    /// Bytes per row in the tile buffer (0: one row or value for all) given the output's.
+    fn step(self, stride: u64) -> u64 {
+        match self {
+            Read::OneRow | Read::Splat { scalar: true } => 0,
+            Read::Rows => stride,
+            Read::Splat { scalar: false } => 4,
+        }
+    }
 }
 
 /// For output row `row` of `out` (leading dimensions), the row of an operand of shape `from`
@@ -104,18 +118,10 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let mut reads = [Read::Rows; 2];
     for (k, &t) in [a, b].iter().enumerate() {
         let x = g.tensor(t);
-        let last = *x.shape.last().unwrap_or(&1);
-        if last != d {
-            return Err(PlanError::Unsupported(
-                op,
-                format!(
-                    "`{}` {:?} is broadcast along the last axis against {:?}; broadcasting a column or a \
-                     scalar is not supported yet (give it the last axis of the result)",
-                    x.name, x.shape, out.shape
-                ),
-            ));
-        }
-        if x.elements() == d && rows_total > 1 {
+        if *x.shape.last().unwrap_or(&1) != d {
+            // NumPy broadcasting: the operand's last axis is 1 against the result's `d > 1`.
+            reads[k] = Read::Splat { scalar: x.elements() == 1 };
+        } else if x.elements() == d && rows_total > 1 {
             reads[k] = Read::OneRow;
         }
     }
@@ -125,12 +131,22 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             format!("rows of {d} values are longer than the row kernels take ({} values)", 4 * MAX_CHUNKS),
         ));
     }
+    // The operand streamed along the row (the other one when one is splat) and the kernel.
+    let splat = reads.iter().position(|r| matches!(r, Read::Splat { .. }));
+    let stream = match splat {
+        Some(k) => 1 - k,
+        None => usize::from(reads[0] != Read::Rows),
+    };
+    let kernel = match splat {
+        Some(k) => Kernel::SplatF16(kind, k == 0),
+        None => Kernel::BinaryF16(kind),
+    };
     // The result is written over an operand laid out like it — unless that operand is bound by
     // the host and the result is read by it: the host fills outputs with NaN before a run (a
     // result nothing wrote must not pass) and would overwrite the operand.
     let y = g.ops[op].output;
-    let full = if reads[0] == Read::Rows { 0 } else { 1 };
-    let in_place = if separate_output(g, [a, b][full], y) { "Y" } else { ["A", "B"][full] };
+    let own = reads[stream] != Read::Rows || separate_output(g, [a, b][stream], y);
+    let out_buffer = if own { "Y" } else { ["A", "B"][stream] };
     let tm = (tiles as u64).min(rows_total).max(1);
     let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
@@ -142,10 +158,15 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         for (k, (&t, name)) in [a, b].iter().zip(["A", "B"]).enumerate() {
             let from = &g.tensor(t).shape;
             let from_lead = &from[..from.len().saturating_sub(1)];
-            let held = if reads[k] == Read::OneRow { 1 } else { rows };
-            p.buffers.push(zero(name, held * stride + READ_AHEAD, MemKind::Tensor));
-            if reads[k] == Read::OneRow {
-                slices[k].push(row_slice(tile, name, 0, 0, 1, row_bytes, stride));
+            let (bytes, tile_stride, tensor_row) = match reads[k] {
+                Read::OneRow => (stride + READ_AHEAD, stride, row_bytes),
+                Read::Rows => (rows * stride + READ_AHEAD, stride, row_bytes),
+                Read::Splat { scalar: true } => (4, 4, 2),
+                Read::Splat { scalar: false } => (rows * 4, 4, 2),
+            };
+            p.buffers.push(zero(name, bytes, MemKind::Tensor));
+            if reads[k].step(stride) == 0 {
+                slices[k].push(row_slice(tile, name, 0, 0, 1, tensor_row, tile_stride));
                 continue;
             }
             // Runs of output rows that read consecutive operand rows.
@@ -156,41 +177,68 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                 while r + n < r1 && operand_row(lead, from_lead, r + n) == first + n {
                     n += 1;
                 }
-                let at = ((r - r0) * stride) as u32;
-                slices[k].push(row_slice(tile, name, at, first * row_bytes as u64, n, row_bytes, stride));
+                let at = ((r - r0) * tile_stride) as u32;
+                slices[k].push(row_slice(tile, name, at, first * tensor_row as u64, n, tensor_row, tile_stride));
                 r += n;
             }
         }
-        if in_place == "Y" {
+        if own {
             p.buffers.push(zero("Y", rows * stride, MemKind::Tensor));
         }
-        slices[2].push(row_slice(tile, in_place, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
-        let step = |k: usize| if reads[k] == Read::OneRow { 0 } else { stride };
+        slices[2].push(row_slice(tile, out_buffer, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
         let mut words = Vec::new();
         let mut issues = 0;
         for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
-            let at = |k: usize| (w0 * step(k) + c0 * 8) as u32;
+            let at = |k: usize| {
+                let step = reads[k].step(stride);
+                let column = if matches!(reads[k], Read::Splat { .. }) { 0 } else { c0 * 8 };
+                Word::Sym(["A", "B"][k].into(), (w0 * step + column) as u32)
+            };
+            let out_at = Word::Sym(out_buffer.into(), (w0 * stride + c0 * 8) as u32);
+            let n = if c1 > c0 { w1 - w0 } else { 0 };
+            let Some(k) = splat else {
+                words.extend([
+                    at(0),
+                    Word::Const(reads[0].step(stride) as u32),
+                    at(1),
+                    Word::Const(reads[1].step(stride) as u32),
+                    out_at,
+                    Word::Const(stride as u32),
+                    Word::Const(n as u32),
+                    Word::Const((c1 - c0) as u32),
+                ]);
+                issues = issues.max(cost::binary_rows_issues(n, c1 - c0));
+                continue;
+            };
+            // The last chunk's lanes: all four, or with a partial last chunk of the row only
+            // its values, so that the padding stays 0 ∘ 0 = 0.
+            let lanes = if c1 == chunks && d % 4 != 0 { d % 4 } else { 4 };
+            let mask = |lo: u64| match lanes.saturating_sub(lo) {
+                0 => 0u32,
+                1 => 0xFFFF,
+                _ => u32::MAX,
+            };
             words.extend([
-                Word::Sym("A".into(), at(0)),
-                Word::Const(step(0) as u32),
-                Word::Sym("B".into(), at(1)),
-                Word::Const(step(1) as u32),
-                Word::Sym(in_place.into(), (w0 * stride + c0 * 8) as u32),
+                at(stream),
+                Word::Const(reads[stream].step(stride) as u32),
+                at(k),
+                Word::Const(reads[k].step(stride) as u32),
+                out_at,
                 Word::Const(stride as u32),
-                Word::Const((w1 - w0) as u32),
+                Word::Const(n as u32),
                 Word::Const((c1 - c0) as u32),
+                Word::Const(mask(0)),
+                Word::Const(mask(2)),
             ]);
-            issues = issues.max(cost::binary_rows_issues(w1 - w0, c1 - c0));
+            words.extend((0..6).map(|_| Word::Const(0)));
+            issues = issues.max(cost::splat_rows_issues(n, c1 - c0));
         }
-        p.launch(super::op_phase(g, op), Kernel::BinaryF16(kind), "dew".into(), words, issues);
+        p.launch(super::op_phase(g, op), kernel, "dew".into(), words, issues);
     }
     let [sa, sb, sy] = slices;
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
-    let bindings = vec![
-        bind(a, Direction::Input, sa),
-        bind(b, Direction::Input, sb),
-        bind(g.ops[op].output, Direction::Output, sy),
-    ];
+    let bindings =
+        vec![bind(a, Direction::Input, sa), bind(b, Direction::Input, sb), bind(y, Direction::Output, sy)];
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
     let mapping = format!(

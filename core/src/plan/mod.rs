@@ -146,6 +146,9 @@ pub enum Kernel {
     /// `out = a ∘ b` over f16 rows, a row stride of 0 broadcasting one row (descriptor: 32 bytes
     /// per worker, `elementwise.rs`; docs/kernels.md `add_rows_f16`).
     BinaryF16(BinaryOp),
+    /// `out = a ∘ b` over f16 rows where `a` (`true`) or `b` (`false`) is one value per row or one
+    /// value in all, splat across the row (descriptor: 64 bytes per worker, `elementwise.rs`).
+    SplatF16(BinaryOp, bool),
 }
 
 /// One step of a tile's `run` call.
