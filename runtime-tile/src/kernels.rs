@@ -300,11 +300,8 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         GeluErfF16 => return GELU_ERF_F16.replace("{HALF}", &gelu_erf_half()).replace("{NAME}", label(k)),
         BinaryF16(op) => (ROWS_BINARY, binary_mnemonic(op)),
         SplatF16(op, splat_a) => {
-            let (full, last) = if splat_a {
-                ("$a4, $a6, $a0", "$a4, $a8, $a0")
-            } else {
-                ("$a4, $a0, $a6", "$a4, $a0, $a8")
-            };
+            let (full, last) =
+                if splat_a { ("$a4, $a6, $a0", "$a4, $a8, $a0") } else { ("$a4, $a0, $a6", "$a4, $a0, $a8") };
             let m = binary_mnemonic(op);
             return ROWS_SPLAT
                 .replace("{OP_FULL}", &alloc::format!("{m} {full}"))

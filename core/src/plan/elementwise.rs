@@ -178,7 +178,15 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                     n += 1;
                 }
                 let at = ((r - r0) * tile_stride) as u32;
-                slices[k].push(row_slice(tile, name, at, first * tensor_row as u64, n, tensor_row, tile_stride));
+                slices[k].push(row_slice(
+                    tile,
+                    name,
+                    at,
+                    first * tensor_row as u64,
+                    n,
+                    tensor_row,
+                    tile_stride,
+                ));
                 r += n;
             }
         }

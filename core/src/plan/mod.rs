@@ -385,12 +385,12 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
 }
 
-/// Plan a graph: a single rank-2 f16 matmul (with `alpha` when it accumulates in f16) gets the
-/// matmul planner (any grid, K split over the exchange, either operand transposed); everything
-/// else the row-chain planner (`chain.rs`).
-///
-/// A graph those two cannot take whole is cut into stages joined by redistributions
-/// (`stages.rs`).
+/// Plan a graph with the one graph planner (`stages.rs`, docs/graph-planner.md): the graph is a
+/// list of stages, each with a mapping — the matmul grid (any grid, K split over the exchange,
+/// either operand transposed, fused epilogue), a row chain (`chain.rs`, with column groups),
+/// row ops (`rows.rs`, `elementwise.rs`, `transpose.rs`) — joined by redistributions. The first
+/// choice is the whole graph as one mapping when one planner takes it (a matmul with its
+/// epilogue, a row chain); otherwise the partition's stages.
 pub fn plan(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     plan_with_grids(graph, opts, &[])
 }
@@ -403,20 +403,31 @@ pub fn plan_with_grids(
     opts: PlanOptions,
     grids: &[Option<[u32; 3]>],
 ) -> Result<Plan, PlanError> {
-    let cut = stages::partition(graph);
-    // A lone row op (layernorm, transpose, elementwise) and any view need the stage planner even as one stage.
-    let needs_stages = cut.len() > 1
+    // The graph-level mapping choice: the whole graph as one mapping (one matmul with its
+    // epilogue, or one row chain) when a single planner takes it, else the stages the partition
+    // cuts. Either way the stage planner joins, names and places them.
+    let (whole, refusal) = match single(graph, PlanOptions { profile: false, ..opts }) {
+        Ok(p) => (Some(p), None),
+        Err(e) => (None, Some(e)),
+    };
+    let cut =
+        if whole.is_some() { alloc::vec![(0..graph.ops.len()).collect()] } else { stages::partition(graph) };
+    // A graph one planner refused that the partition does not change (one stage of the kind
+    // that planner takes, no views) keeps that planner's refusal.
+    let cut_changes_it = cut.len() > 1
         || (cut.len() == 1 && stages::row_op(graph, cut[0][0]))
         || (0..graph.ops.len()).any(|i| stages::view_op(graph, i));
-    let mut plan =
-        match single(graph, opts) {
-            Ok(p) => p,
-            // When a row-chain stage refuses, the whole-graph error says more (the same planner
-            // refused a larger piece, with the reason in the user's terms).
-            Err(whole) if needs_stages => stages::plan(graph, opts, &cut, grids)
-                .map_err(|(e, in_chain)| if in_chain { whole } else { e })?,
-            Err(e) => return Err(e),
-        };
+    if let (None, false, Some(e)) = (&whole, cut_changes_it, &refusal) {
+        return Err(e.clone());
+    }
+    let mut plan = stages::plan(graph, opts, &cut, grids, whole).map_err(|(e, in_chain)| {
+        // When a row-chain stage refuses, the whole-graph error says more (the same planner
+        // refused a larger piece, with the reason in the user's terms).
+        match refusal {
+            Some(w) if in_chain => w,
+            _ => e,
+        }
+    })?;
     if opts.profile {
         plan.profile = Some(profile::instrument(&mut plan.tiles));
         plan.cost = cost::predict(&plan.tiles, &plan.horizons);
@@ -428,8 +439,9 @@ pub fn plan_with_grids(
     Ok(plan)
 }
 
-/// The graph as one mapping: the matmul planner or the row-chain planner.
-fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
+/// The graph as one mapping: the matmul planner (with its fused epilogue) or the row-chain
+/// planner (with column groups when asked).
+pub(crate) fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let epilogue = fused_epilogue(graph);
     let simple = (graph.ops.len() == 1 || epilogue.is_some())
         && matches!(graph.ops[0].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }

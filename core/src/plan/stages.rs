@@ -187,6 +187,7 @@ pub fn plan(
     opts: PlanOptions,
     stages: &[Vec<usize>],
     grids: &[Option<[u32; 3]>],
+    mut whole: Option<Plan>,
 ) -> Result<Plan, (PlanError, bool)> {
     let mut merged = Plan {
         tiles: vec![TilePlan::default(); opts.tiles],
@@ -216,7 +217,10 @@ pub fn plan(
         };
         let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
         // The stage's mapping; a row-chain stage's refusal is marked as such.
-        let (planned, chain_stage) = if super::transpose::swaps_last_two(g, ops[0]) {
+        let (planned, chain_stage) = if let Some(p) = whole.take() {
+            // The whole graph as one mapping (`plan::single`), planned by the caller.
+            (Ok(p), false)
+        } else if super::transpose::swaps_last_two(g, ops[0]) {
             (super::transpose::plan(&sub, 0, opts.tiles), false)
         } else if let OpKind::Binary { .. } = g.ops[ops[0]].kind {
             (super::elementwise::binary(&sub, 0, opts.tiles), false)
@@ -317,6 +321,12 @@ pub fn plan(
         merged.tiles_used = merged.tiles_used.max(p.tiles_used);
         merged.exchange_bytes += p.exchange_bytes;
         merged.eliminated_clears += p.eliminated_clears;
+        if stages.len() == 1 {
+            // One stage: the graph as one mapping, described and gridded as that mapping is.
+            merged.mapping.extend(p.mapping);
+            merged.grids = p.grids;
+            continue;
+        }
         merged.mapping.extend(p.mapping.into_iter().map(|m| format!("stage {k}: {m}")));
         for (i, grid) in p.grids.into_iter().enumerate() {
             if let Some(&op) = ops.get(i) {
