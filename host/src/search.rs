@@ -275,6 +275,16 @@ struct Figures {
     exchange_bytes: u64,
 }
 
+/// The casts whose result is some matmul's `b` (a side operand): the ops a cast placement moves.
+pub(crate) fn side_casts(g: &Graph) -> Vec<usize> {
+    (0..g.ops.len())
+        .filter(|&i| {
+            matches!(g.ops[i].kind, OpKind::Cast { .. })
+                && g.ops.iter().any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[i].output))
+        })
+        .collect()
+}
+
 /// Local search over the layout of a row chain (docs/search.md): where the casts of matmul side
 /// operands run (replicated on every tile — the baseline —, or a share cast on each tile before or
 /// after an all-gather), and into how many column groups the final matmul is split. Candidates
@@ -290,12 +300,7 @@ pub fn chain_layout(
     pool: &rayon::ThreadPool,
 ) -> Result<Option<LayoutOutcome>, String> {
     use ipu_core::plan::{chain::SideCast, plan, PlanOptions};
-    let sides: Vec<usize> = (0..g.ops.len())
-        .filter(|&i| {
-            matches!(g.ops[i].kind, OpKind::Cast { .. })
-                && g.ops.iter().any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[i].output))
-        })
-        .collect();
+    let sides = side_casts(g);
     let groups: Vec<u32> = (1..=11)
         .map(|e| 1u32 << e)
         .take_while(|&n| n as usize <= tiles)

@@ -82,11 +82,7 @@ pub fn stage_grids(
     if stages.is_empty() {
         return Ok(None);
     }
-    let has_casts = (0..g.ops.len()).any(|i| {
-        use ipu_core::graph::OpKind;
-        matches!(g.ops[i].kind, OpKind::Cast { .. })
-            && g.ops.iter().any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[i].output))
-    });
+    let has_casts = !state::side_casts(g).is_empty();
     let cost = |cast: SideCast, grids: &[Option<[u32; 3]>]| {
         plan_with_grids(g, PlanOptions { side_cast: cast, ..PlanOptions::new(tiles) }, grids)
             .map(|p| p.cost.cycles)

@@ -87,3 +87,27 @@ pub fn build_and_run(
     assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
     (out, pkg)
 }
+
+/// Check a device formula of one f16 input against an f64 one on every finite f16: within
+/// `carried(x, exact)` plus one f16 rounding, overflowing only where the exact result does, and
+/// with the bound not loose by orders of magnitude (worst error/bound above 0.3).
+#[allow(dead_code)]
+pub fn check_every_f16(device: fn(f32) -> f32, exact: fn(f64) -> f64, carried: fn(f64, f64) -> f64) {
+    let mut worst = 0f64;
+    for h in 0..=u16::MAX {
+        let x = half::f16::from_bits(h).to_f32();
+        if !x.is_finite() {
+            continue;
+        }
+        let (d, e) = (device(x) as f64, exact(x as f64));
+        let c = carried(x as f64, e);
+        let bound = c + 2f64.powi(-11) * (e.abs() + c) + 2f64.powi(-25);
+        if d.is_finite() {
+            assert!((d - e).abs() <= bound, "f({x}): device {d} vs f64 {e}");
+            worst = worst.max((d - e).abs() / bound);
+        } else {
+            assert!(e.abs() > 65504.0, "f({x}) overflows only where the result does");
+        }
+    }
+    assert!(worst > 0.3, "the bound is not loose by orders of magnitude: worst ratio {worst}");
+}
