@@ -213,13 +213,16 @@ const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
              (f16 output of f32 accumulation: rank-2 matmuls)
   cast       input, dtype (f16 <-> f8e4m3 / f8e5m2, f32 <-> f16), power-of-two scale
   softmax    input (last axis, f32 statistics)
-  add        a, b (NumPy broadcasting, f16): after a matmul, its bias (a column vector) or a residual
-  gelu       input, approximate = \"tanh\" (f16, f32 arithmetic): after a matmul (and its bias)
+  add, sub, mul  a, b (NumPy broadcasting, f16): after a matmul its bias or residual (fused),
+             else rows of their own (a column or scalar operand is splat across each row)
+  gelu       input, approximate = \"tanh\" | \"none\" (erf form; f16, f32 arithmetic): fused after a
+             matmul (and its bias), else rows of its own
   layernorm  input, gamma?, beta?, eps? (last axis, f16, f32 statistics)
   reshape    input, shape (no data movement)
   transpose  input, perm (keeping the last axis: no data movement; swapping the last two: a kernel)
-A graph the single planners cannot take whole is planned as stages joined by on-chip
-redistributions (docs/graph-planner.md); see examples/encoder_block/.
+A graph no single mapping takes whole is planned as stages joined by on-chip redistributions,
+the grid of each matmul stage searched with the whole-graph cost (docs/graph-planner.md,
+docs/search.md); see examples/encoder_block/.
 
 PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale
 
