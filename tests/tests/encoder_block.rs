@@ -109,3 +109,15 @@ fn the_block_at_other_shapes() {
     }
     println!("{report}");
 }
+
+#[test]
+fn too_few_tiles_for_the_heads_is_refused_with_the_real_reason() {
+    // The attention chain takes one tile per head at least: on 2 tiles the 3-head block is
+    // refused by that stage (not by the whole-graph row-chain planner's complaint about the
+    // layernorm, which another stage plans).
+    let model = repo().join("examples/encoder_block/encoder_block.toml");
+    let src = std::fs::read_to_string(&model).unwrap();
+    let opts = BuildOptions { threads: 1, search_attempts: 0, ..BuildOptions::new(2) };
+    let e = build(model.to_str().unwrap(), &src, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("op 14 (cast): 3 batch entries need at least as many tiles (target has 2)"), "{e}");
+}

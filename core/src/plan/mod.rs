@@ -423,7 +423,10 @@ pub fn plan_with_grids(
     let mut plan = stages::plan(graph, opts, &cut, grids, whole).map_err(|(e, in_chain)| {
         // When a row-chain stage refuses, the whole-graph error says more (the same planner
         // refused a larger piece, with the reason in the user's terms).
+        // Unless the whole-graph refusal is about an op the partition gave to another stage
+        // (a layernorm, an elementwise op, a view): then the stage's own reason is the one.
         match refusal {
+            Some(PlanError::Unsupported(op, _)) if in_chain && stages::planned_apart(graph, op) => e,
             Some(w) if in_chain => w,
             _ => e,
         }

@@ -40,6 +40,12 @@ pub(super) fn row_op(g: &Graph, op: usize) -> bool {
         || super::elementwise::is_elementwise(g, op)
 }
 
+/// Whether op `op` is one the row-chain planner never takes (a row op, a view): the partition
+/// plans it apart, so a row chain's complaint about it is not the graph's reason.
+pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
+    op < g.ops.len() && (row_op(g, op) || view_op(g, op))
+}
+
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
 /// bytes that are already somewhere (`redistribute::View`).
 pub(super) fn view_op(g: &Graph, op: usize) -> bool {
