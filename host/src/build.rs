@@ -184,13 +184,12 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     let mut column_groups = opts.column_groups.unwrap_or(1);
     // A graph of stages with matmul stages: the stage search (cast placements and stage grids).
     let mut stage_grids: Vec<Option<[u32; 3]>> = Vec::new();
-    if opts.side_cast.is_none()
+    // The layout searches run only when nothing about the layout was forced.
+    let layout_free = opts.side_cast.is_none()
         && opts.column_groups.is_none()
         && grid.is_none()
-        && searched.is_none()
-        && opts.search_attempts > 0
-        && !ipu_core::plan::stages::matmul_stages(&graph).is_empty()
-    {
+        && opts.search_attempts > 0;
+    if layout_free && searched.is_none() && !ipu_core::plan::stages::matmul_stages(&graph).is_empty() {
         let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
             crate::stage_search::stage_grids(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
@@ -202,12 +201,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
             searched = Some((out.baseline_cycles, out.attempts));
         }
     }
-    if opts.side_cast.is_none()
-        && opts.column_groups.is_none()
-        && grid.is_none()
-        && searched.is_none()
-        && opts.search_attempts > 0
-    {
+    if layout_free && searched.is_none() {
         let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
             crate::search::chain_layout(&graph, src, opts.tiles, opts.search_attempts, state, &pool)
