@@ -182,14 +182,15 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
     }
     let mut side_cast = opts.side_cast.unwrap_or(SideCast::Replicated);
     let mut column_groups = opts.column_groups.unwrap_or(1);
-    // A graph of stages with matmul stages: the stage search (cast placements and stage grids).
+    // A graph planned as stages with matmul stages: the stage search (cast placements and stage
+    // grids); `Ok(None)` for any other graph, which the row-chain layout search may take.
     let mut stage_grids: Vec<Option<[u32; 3]>> = Vec::new();
     // The layout searches run only when nothing about the layout was forced.
     let layout_free = opts.side_cast.is_none()
         && opts.column_groups.is_none()
         && grid.is_none()
         && opts.search_attempts > 0;
-    if layout_free && searched.is_none() && !ipu_core::plan::stages::matmul_stages(&graph).is_empty() {
+    if layout_free && searched.is_none() {
         let state = opts.search_state.as_deref();
         if let Some(out) = phase("search_plan", &mut timings, || {
             crate::stage_search::stage_grids(&graph, src, opts.tiles, opts.search_attempts, state, &pool)

@@ -78,7 +78,7 @@ pub fn stage_grids(
     state_path: Option<&Path>,
     pool: &rayon::ThreadPool,
 ) -> Result<Option<StageOutcome>, String> {
-    let stages = ipu_core::plan::stages::matmul_stages(g);
+    let stages = ipu_core::plan::stages::matmul_stages(g, PlanOptions::new(tiles));
     if stages.is_empty() {
         return Ok(None);
     }

@@ -137,3 +137,17 @@ fn stage_search_improves_the_block_for_any_thread_count_and_resumes() {
     let resumed = build(&path, &src, &o(2, 16, Some(state))).unwrap();
     assert!(resumed.bytes == full.bytes, "resumed stage search built a different package");
 }
+
+#[test]
+fn a_graph_planned_as_one_mapping_gets_no_stage_search() {
+    // A rank-2 f16 matmul then a softmax: the partition cuts it in two, but the row-chain
+    // planner takes it whole, so stage grids would change nothing: no moves are spent on them.
+    let src = "name = \"c\"\noutputs = [\"P\"]\n[inputs.X]\ndtype = \"f16\"\nshape = [64, 96]\n[inputs.W]\n\
+               dtype = \"f16\"\nshape = [96, 128]\n[[ops]]\nop = \"matmul\"\na = \"X\"\nb = \"W\"\noutput = \"S\"\n\
+               dtype = \"f16\"\naccumulate = \"f16\"\n[[ops]]\nop = \"softmax\"\ninput = \"S\"\noutput = \"P\"\n\
+               dtype = \"f16\"\n";
+    let o = |attempts| BuildOptions { threads: 2, search_attempts: attempts, ..BuildOptions::new(64) };
+    let searched = build("c.toml", src, &o(16)).unwrap();
+    assert_eq!(searched.package.plan.search_attempts, 0);
+    assert!(searched.bytes == build("c.toml", src, &o(0)).unwrap().bytes);
+}

@@ -120,11 +120,12 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
     stages
 }
 
-/// The matmul stages of a graph of stages, for the stage search: the op of each stage's matmul
-/// and the matmul planner's view of it (with its fused epilogue), planned as `plan` plans it.
-pub fn matmul_stages(g: &Graph) -> Vec<(usize, super::matmul::MatMul)> {
+/// The matmul stages of a graph `plan` plans as stages, for the stage search: the op of each
+/// stage's matmul and the matmul planner's view of it (with its fused epilogue). Empty when the
+/// graph is planned as one mapping (`plan::single` takes it whole), where stage grids mean nothing.
+pub fn matmul_stages(g: &Graph, opts: PlanOptions) -> Vec<(usize, super::matmul::MatMul)> {
     let cut = partition(g);
-    if cut.len() < 2 {
+    if !cut.iter().any(|ops| grid_matmul(g, ops[0])) || super::single(g, opts).is_ok() {
         return Vec::new();
     }
     cut.iter()
