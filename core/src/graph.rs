@@ -111,6 +111,18 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    /// `a ∘ b` in `T`'s arithmetic (the reference applies it in f32 as the device does, and in f64).
+    pub fn apply<T>(self, a: T, b: T) -> T
+    where
+        T: core::ops::Add<Output = T> + core::ops::Sub<Output = T> + core::ops::Mul<Output = T>,
+    {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+        }
+    }
+
     /// The model-file name (`op = "add"`).
     pub fn name(self) -> &'static str {
         match self {

@@ -23,8 +23,13 @@ fn coverage(b: &Binding, exact: bool, tile_count: u32) -> Result<(), PackageErro
     let (limit, strided_limit) =
         if exact { (size, size) } else { (memory.max(size), size.saturating_mul(tile_count as u64)) };
     let what = |msg: String| PackageError::Invalid(format!("binding `{}`: {msg}", b.name));
-    if total > limit || strided > strided_limit {
+    if total > limit {
         return Err(what(format!("slices hold {total} bytes, more than the {limit} the tensor allows")));
+    }
+    if strided > strided_limit {
+        return Err(what(format!(
+            "strided slices hold {strided} bytes, more than the {strided_limit} the tensor allows"
+        )));
     }
     let mut rows: Vec<(u64, u64)> = Vec::new();
     for s in &b.slices {

@@ -130,9 +130,9 @@ pub fn stage_grids(
             None => placements.iter().map(|&c| (c, grids.clone())).collect(),
             Some(s) => {
                 let (op, list) = &screened[s];
-                let has = grids[*op].unwrap_or(list[0]);
+                let has = grids[*op].or(list.first().copied());
                 list.iter()
-                    .filter(|&&gr| gr != has)
+                    .filter(|&&gr| Some(gr) != has)
                     .take(PER_STAGE)
                     .map(|&gr| {
                         let mut next = grids.clone();

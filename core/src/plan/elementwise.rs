@@ -287,20 +287,6 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         }
         xs.push(row_slice(tile, "X", 0, r0 * row_bytes as u64, rows, row_bytes, stride));
         ys.push(row_slice(tile, out, 0, r0 * row_bytes as u64, rows, row_bytes, stride));
-        if out == "Y" {
-            // The gelu kernels work in place: the input is copied to the output first.
-            let words = (rows * stride / 4) as u32;
-            let segs = (0..words)
-                .step_by(COPY_MAX_WORDS as usize)
-                .map(|w| {
-                    let n = (words - w).min(COPY_MAX_WORDS);
-                    (n, vec![Word::Sym("X".into(), 4 * w), Word::Sym("Y".into(), 4 * w)])
-                })
-                .collect();
-            let (bufs, issues) = word_launch(segs, cost::copy_issues, "cl", "cd");
-            p.buffers.extend(bufs);
-            p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), issues));
-        }
         let mut words = Vec::new();
         let mut issues = 0;
         for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
@@ -315,7 +301,22 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             words.extend(constants);
             issues = issues.max(n);
         }
-        p.launch(super::op_phase(g, op), kernel, "dew".into(), words, issues);
+        p.steps.push(super::Step::Phase(super::op_phase(g, op)));
+        if out == "Y" {
+            // The gelu kernels work in place: the input is copied to the output first.
+            let words = (rows * stride / 4) as u32;
+            let segs = (0..words)
+                .step_by(COPY_MAX_WORDS as usize)
+                .map(|w| {
+                    let n = (words - w).min(COPY_MAX_WORDS);
+                    (n, vec![Word::Sym("X".into(), 4 * w), Word::Sym("Y".into(), 4 * w)])
+                })
+                .collect();
+            let (bufs, copy_issues) = word_launch(segs, cost::copy_issues, "cl", "cd");
+            p.buffers.extend(bufs);
+            p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), copy_issues));
+        }
+        p.run(kernel, "dew".into(), words, issues);
     }
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];

@@ -184,6 +184,12 @@ impl TilePlan {
     /// Run `kernel` on the six workers in op `phase`, its descriptor table `words` held in a new
     /// buffer `name`; `issues` is the slowest worker's.
     pub fn launch(&mut self, phase: String, kernel: Kernel, name: String, words: Vec<Word>, issues: u64) {
+        self.steps.push(Step::Phase(phase));
+        self.run(kernel, name, words, issues);
+    }
+
+    /// [`TilePlan::launch`] within the phase already open (a further kernel of the same op).
+    pub fn run(&mut self, kernel: Kernel, name: String, words: Vec<Word>, issues: u64) {
         self.buffers.push(Buffer {
             name: name.clone(),
             bytes: 4 * words.len() as u32,
@@ -192,7 +198,6 @@ impl TilePlan {
             init: words,
             live: Live::ALWAYS,
         });
-        self.steps.push(Step::Phase(phase));
         self.steps.push(Step::RunAll(kernel, name, issues));
     }
 }

@@ -336,23 +336,10 @@ pub fn evaluate(
                     })
                     .unzip();
                 // The device computes in f32 and rounds once to f16 (`f16v4add`/`sub`/`mul`).
-                let f32_op = |p: f32, q: f32| match op {
-                    BinaryOp::Add => p + q,
-                    BinaryOp::Sub => p - q,
-                    BinaryOp::Mul => p * q,
-                };
-                let data = (0..n).map(|i| round(f32_op(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
+                let data =
+                    (0..n).map(|i| round(op.apply(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
                 let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
-                let ex: Vec<f64> = (0..n)
-                    .map(|i| {
-                        let (p, q) = (ea[ia[i]], eb[ib[i]]);
-                        match op {
-                            BinaryOp::Add => p + q,
-                            BinaryOp::Sub => p - q,
-                            BinaryOp::Mul => p * q,
-                        }
-                    })
-                    .collect();
+                let ex: Vec<f64> = (0..n).map(|i| op.apply(ea[ia[i]], eb[ib[i]])).collect();
                 let bd = (0..n)
                     .map(|i| {
                         let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
