@@ -133,14 +133,28 @@ fn phase<T>(name: &'static str, timings: &mut Vec<(&'static str, u128)>, f: impl
 
 /// Build a package from model text. `file` names the model in messages.
 pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildError> {
+    build_model(file, src, None, opts)
+}
+
+/// Build a package from model text whose param values are given (`Some`: an imported model,
+/// docs/onnx.md) or read from the files the model names (`None`).
+pub fn build_model(
+    file: &str,
+    src: &str,
+    given: Option<&BTreeMap<String, crate::reference::HostTensor>>,
+    opts: &BuildOptions,
+) -> Result<Built, BuildError> {
     if opts.tiles == 0 || opts.tiles > ipu_core::target::NUM_TILES {
         return Err(BuildError::Options(format!("--tiles {} not in 1..=1472", opts.tiles)));
     }
     let graph = model::parse(file, src)?;
     // Params are read before planning, so a missing or mismatched file fails fast.
     let model_dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new("."));
-    let param_values = crate::params::load(file, model_dir, &graph, &model::param_specs(src))
-        .map_err(BuildError::Options)?;
+    let param_values = match given {
+        Some(values) => crate::params::from_values(&graph, values),
+        None => crate::params::load(file, model_dir, &graph, &model::param_specs(src)),
+    }
+    .map_err(BuildError::Options)?;
     if !param_values.is_empty() {
         let bytes: u64 = graph
             .params

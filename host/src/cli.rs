@@ -2,7 +2,7 @@
 //! stdout. Exit codes: 0 ok, 1 numerical or device failure, 2 bad usage or input, 3 device busy.
 
 use clap::{Parser, Subcommand};
-use ipu_host::build::{build, BuildOptions};
+use ipu_host::build::BuildOptions;
 use ipu_host::devices::open_device;
 use ipu_host::program::{disassemble, TileProgram};
 use ipu_host::session::{self, RunError, RunOptions};
@@ -77,8 +77,17 @@ enum Cmd {
     /// Compile a model file into an application package.
     #[command(after_help = BUILD_HELP)]
     Build {
-        /// Model file (TOML, docs/model-format.md).
+        /// Model file: TOML (docs/model-format.md) or ONNX (docs/onnx.md), told apart by content.
         model: PathBuf,
+        /// ONNX models: matmul weights as f16 or fp8 (E4M3 with a power-of-two scale each).
+        #[arg(long, value_parser = ["f16", "fp8"])]
+        weights: Option<String>,
+        /// ONNX models: fix an input's symbolic dimensions, e.g. pixel_values=1,3,224,224 (repeatable).
+        #[arg(long = "input-shape", value_name = "NAME=D0,D1,...")]
+        input_shapes: Vec<String>,
+        /// ONNX models: also write the imported model (TOML) here, for reading.
+        #[arg(long, value_name = "FILE.toml")]
+        emit_model: Option<PathBuf>,
         /// Package to write.
         #[arg(short, long)]
         output: PathBuf,
@@ -273,10 +282,11 @@ const EXAMPLE_TILES: usize = 64;
 fn do_build(
     name: &str,
     src: &str,
+    given: Option<&BTreeMap<String, ipu_host::reference::HostTensor>>,
     output: &Path,
     opts: &BuildOptions,
 ) -> Result<ipu_host::build::Built, Failure> {
-    let built = build(name, src, opts).map_err(|e| bad(e.to_string()))?;
+    let built = ipu_host::build::build_model(name, src, given, opts).map_err(|e| bad(e.to_string()))?;
     ipu_host::atomic::write_atomic(output, &built.bytes)
         .map_err(|e| bad(format!("{}: {e}", output.display())))?;
     tracing::info!(path = %output.display(), bytes = built.bytes.len(), "application package written");
@@ -463,13 +473,43 @@ fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_js
         "predicted_exchange_cycles": b.package.plan.predicted_exchange_cycles,
         "baseline_cycles": b.package.plan.baseline_cycles,
         "search_attempts": b.package.plan.search_attempts,
+        "param_bytes": param_bytes(&b.package),
     })
+}
+
+/// Bytes of params by dtype name (resident weights).
+fn param_bytes(p: &ipu_host::package::Package) -> BTreeMap<&'static str, u64> {
+    let mut by = BTreeMap::new();
+    for b in p.bindings.iter().filter(|b| b.direction == ipu_schema::Direction::Param) {
+        *by.entry(b.dtype.name()).or_insert(0) += b.shape.iter().product::<u64>() * b.dtype.size() as u64;
+    }
+    by
+}
+
+/// `--input-shape NAME=D0,D1,…` values.
+fn parse_input_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<u64>>, Failure> {
+    let mut out = BTreeMap::new();
+    for spec in specs {
+        let parsed = spec.split_once('=').and_then(|(name, dims)| {
+            let dims: Option<Vec<u64>> = dims.split(',').map(|d| d.trim().parse::<u64>().ok().filter(|d| *d > 0)).collect();
+            Some((name.to_string(), dims?))
+        });
+        let (name, dims) =
+            parsed.ok_or_else(|| bad(format!("--input-shape {spec}: expected NAME=D0,D1,... with positive sizes")))?;
+        if out.insert(name.clone(), dims).is_some() {
+            return Err(bad(format!("--input-shape {name} is given twice")));
+        }
+    }
+    Ok(out)
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Build {
             model,
+            weights,
+            input_shapes,
+            emit_model,
             output,
             tiles,
             threads,
@@ -481,7 +521,41 @@ fn run(cli: Cli) -> Result<(), Failure> {
             side_cast,
             column_groups,
         } => {
-            let src = read_text(&model)?;
+            let bytes = std::fs::read(&model).map_err(|e| bad(format!("{}: {e}", model.display())))?;
+            let onnx = ipu_host::onnx::looks_like_onnx(&bytes);
+            if !onnx && (weights.is_some() || !input_shapes.is_empty() || emit_model.is_some()) {
+                return Err(bad(format!(
+                    "{}: --weights, --input-shape and --emit-model apply to ONNX models; this is a model file in TOML",
+                    model.display()
+                )));
+            }
+            let (src, given) = if onnx {
+                let mut io = ipu_host::onnx::ImportOptions::new();
+                io.input_shapes = parse_input_shapes(&input_shapes)?;
+                if weights.as_deref() == Some("fp8") {
+                    io.weights = ipu_host::onnx::Weights::Fp8;
+                }
+                let start = std::time::Instant::now();
+                let imp = ipu_host::onnx::import(&model, &io).map_err(bad)?;
+                tracing::info!(
+                    nodes = imp.nodes.0,
+                    used = imp.nodes.1,
+                    params = imp.params.len(),
+                    elapsed_ms = start.elapsed().as_millis() as u64,
+                    "imported ONNX model"
+                );
+                for (name, scale) in &imp.scales {
+                    tracing::info!(tensor = %name, scale = *scale, "fp8 scale (power of two)");
+                }
+                if let Some(path) = &emit_model {
+                    std::fs::write(path, &imp.toml).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+                }
+                (imp.toml, Some(imp.params))
+            } else {
+                (String::from_utf8(bytes).map_err(|_| {
+                    bad(format!("{}: neither a model file in TOML (not UTF-8 text) nor an ONNX model", model.display()))
+                })?, None)
+            };
             let opts = BuildOptions {
                 tiles,
                 threads,
@@ -492,7 +566,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 side_cast,
                 column_groups,
             };
-            let b = do_build(&model.display().to_string(), &src, &output, &opts)?;
+            let b = do_build(&model.display().to_string(), &src, given.as_ref(), &output, &opts)?;
             if timings {
                 for (phase, ms) in &b.timings {
                     term::err_line(&format!("phase {phase:<20} {ms:>6} ms"));
@@ -562,7 +636,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             // A profile needs the package's profile plan: build with one when one is asked for.
             let profile = args.profile.is_some() || args.trace.is_some();
             let opts = BuildOptions { threads: args.threads, profile, ..BuildOptions::new(EXAMPLE_TILES) };
-            do_build(EXAMPLE.0, EXAMPLE.1, &path, &opts)?;
+            do_build(EXAMPLE.0, EXAMPLE.1, None, &path, &opts)?;
             run_package(&path, &args)?;
         }
         Cmd::Asm { file, output } => {

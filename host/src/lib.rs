@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod lock;
 pub mod model;
 pub mod npy;
+pub mod onnx;
 pub mod package;
 pub mod params;
 pub mod pcie;

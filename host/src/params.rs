@@ -53,6 +53,22 @@ pub fn load(
     Ok(out)
 }
 
+/// Params given as values (an imported model's initializers): each checked against its
+/// declaration and converted to the param's dtype, as [`load`] does for files.
+pub fn from_values(g: &Graph, values: &BTreeMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, String> {
+    let mut out = BTreeMap::new();
+    for p in &g.params {
+        let t = g.tensor(*p);
+        let v = values.get(&t.name).ok_or_else(|| format!("param `{}`: no value given", t.name))?;
+        if v.shape != t.shape {
+            return Err(format!("param `{}`: values of shape {:?} for a param of {:?}", t.name, v.shape, t.shape));
+        }
+        let data = convert(v, t.dtype, t.scale).map_err(|e| format!("param `{}`: {e}", t.name))?;
+        out.insert(t.name.clone(), HostTensor { dtype: t.dtype, shape: t.shape.clone(), data });
+    }
+    Ok(out)
+}
+
 /// Refuse anything but a regular file of at most `max` bytes, before reading it.
 fn check_file(path: &Path, max: u64) -> Result<(), String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;

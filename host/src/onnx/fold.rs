@@ -1,0 +1,327 @@
+//! Constant folding: ONNX ops evaluated at compile time on [`Const`] values (shape arithmetic,
+//! weight slicing and transposes, a constant query's projection). Semantics follow the ONNX
+//! operator specification (onnx.ai/onnx/operators) for the cases torch exports.
+
+use super::consts::{elements, strides, Const, Data};
+use super::proto::{data_type, AttributeProto};
+use ipu_core::graph::broadcast_shape;
+
+/// A node's attributes, looked up by name.
+pub struct Attrs<'a>(pub &'a [AttributeProto]);
+
+impl Attrs<'_> {
+    fn get(&self, name: &str) -> Option<&AttributeProto> {
+        self.0.iter().find(|a| a.name == name)
+    }
+    /// An integer attribute.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.get(name).map(|a| a.i)
+    }
+    /// A float attribute.
+    pub fn float(&self, name: &str) -> Option<f32> {
+        self.get(name).map(|a| a.f)
+    }
+    /// A list of integers.
+    pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.get(name).map(|a| a.ints.clone())
+    }
+    /// A string attribute.
+    pub fn string(&self, name: &str) -> Option<String> {
+        self.get(name).map(|a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+    /// A tensor attribute.
+    pub fn tensor(&self, name: &str) -> Option<&super::proto::TensorProto> {
+        self.get(name).and_then(|a| a.t.as_ref())
+    }
+    /// Whether the attribute is present.
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+/// An axis in `-rank..rank` made non-negative.
+pub fn axis(a: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    if (-r..r).contains(&a) {
+        Ok(if a < 0 { (a + r) as usize } else { a as usize })
+    } else {
+        Err(format!("axis {a} is out of range for rank {rank}"))
+    }
+}
+
+/// For each element of `out`, the flat index of the element of `input` it broadcasts from.
+pub fn broadcast_index(out: &[u64], input: &[u64]) -> Result<Vec<usize>, String> {
+    let n = elements(out)?;
+    let (os, is) = (strides(out), strides(input));
+    let lead = out.len() - input.len();
+    let mut idx = Vec::with_capacity(n);
+    for flat in 0..n {
+        let mut at = 0;
+        for (k, &d) in input.iter().enumerate() {
+            let o = (flat / os[lead + k]) % out[lead + k] as usize;
+            at += if d == 1 { 0 } else { o * is[k] };
+        }
+        idx.push(at);
+    }
+    Ok(idx)
+}
+
+/// Elementwise binary op with NumPy broadcasting.
+pub fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
+    let shape = broadcast_shape(&a.shape, &b.shape)
+        .ok_or_else(|| format!("shapes {:?} and {:?} do not broadcast", a.shape, b.shape))?;
+    let (ia, ib) = (broadcast_index(&shape, &a.shape)?, broadcast_index(&shape, &b.shape)?);
+    if let (Data::I(x), Data::I(y)) = (&a.data, &b.data) {
+        let f = |p: i64, q: i64| -> Result<i64, String> {
+            Ok(match op {
+                "Add" => p.wrapping_add(q),
+                "Sub" => p.wrapping_sub(q),
+                "Mul" => p.wrapping_mul(q),
+                "Div" | "Mod" if q == 0 => return Err(format!("{op} by zero")),
+                "Div" => p.wrapping_div(q),
+                "Mod" => p.wrapping_rem(q).wrapping_add(q).wrapping_rem(q),
+                "Equal" => (p == q) as i64,
+                "Less" => (p < q) as i64,
+                "Greater" => (p > q) as i64,
+                "Max" => p.max(q),
+                "Min" => p.min(q),
+                "And" => (p != 0 && q != 0) as i64,
+                "Or" => (p != 0 || q != 0) as i64,
+                _ => return Err(format!("{op} on integers is not folded")),
+            })
+        };
+        let v = ia.iter().zip(&ib).map(|(i, j)| f(x[*i], y[*j])).collect::<Result<_, _>>()?;
+        return Ok(Const::i(shape, v));
+    }
+    let (x, y) = (a.as_f32(), b.as_f32());
+    let cmp = matches!(op, "Equal" | "Less" | "Greater");
+    let f = |p: f32, q: f32| -> Result<f32, String> {
+        Ok(match op {
+            "Add" => p + q,
+            "Sub" => p - q,
+            "Mul" => p * q,
+            "Div" => p / q,
+            "Pow" => p.powf(q),
+            "Mod" => p % q,
+            "Max" => p.max(q),
+            "Min" => p.min(q),
+            "Equal" => (p == q) as i64 as f32,
+            "Less" => (p < q) as i64 as f32,
+            "Greater" => (p > q) as i64 as f32,
+            _ => return Err(format!("{op} on floats is not folded")),
+        })
+    };
+    let v: Vec<f32> = ia.iter().zip(&ib).map(|(i, j)| f(x[*i], y[*j])).collect::<Result<_, _>>()?;
+    Ok(if cmp { Const::i(shape, v.iter().map(|x| *x as i64).collect()) } else { Const::f(shape, v) })
+}
+
+/// Unary float ops.
+pub fn unary(op: &str, a: &Const) -> Result<Const, String> {
+    if let (Data::I(v), "Neg" | "Abs" | "Not") = (&a.data, op) {
+        let f = |x: i64| match op {
+            "Neg" => x.wrapping_neg(),
+            "Abs" => x.wrapping_abs(),
+            _ => (x == 0) as i64,
+        };
+        return Ok(Const::i(a.shape.clone(), v.iter().map(|x| f(*x)).collect()));
+    }
+    let f = |x: f32| -> Result<f32, String> {
+        Ok(match op {
+            "Sqrt" => x.sqrt(),
+            "Neg" => -x,
+            "Abs" => x.abs(),
+            "Exp" => x.exp(),
+            "Tanh" => x.tanh(),
+            "Reciprocal" => 1.0 / x,
+            "Erf" => libm::erff(x),
+            "Floor" => x.floor(),
+            "Ceil" => x.ceil(),
+            _ => return Err(format!("{op} is not folded")),
+        })
+    };
+    let v = a.as_f32().into_iter().map(f).collect::<Result<_, _>>()?;
+    Ok(Const::f(a.shape.clone(), v))
+}
+
+/// `Transpose` (`perm` empty: reverse the axes).
+pub fn transpose(a: &Const, perm: &[i64]) -> Result<Const, String> {
+    let r = a.shape.len();
+    let perm: Vec<usize> =
+        if perm.is_empty() { (0..r).rev().collect() } else { perm.iter().map(|p| axis(*p, r)).collect::<Result<_, _>>()? };
+    let mut seen = vec![false; r];
+    if perm.len() != r || perm.iter().any(|p| std::mem::replace(&mut seen[*p], true)) {
+        return Err(format!("perm {perm:?} is not a permutation of {r} axes"));
+    }
+    let shape: Vec<u64> = perm.iter().map(|p| a.shape[*p]).collect();
+    let (is, os) = (strides(&a.shape), strides(&shape));
+    let n = a.len();
+    let idx: Vec<usize> = (0..n)
+        .map(|flat| (0..r).map(|k| ((flat / os[k]) % shape[k] as usize) * is[perm[k]]).sum())
+        .collect();
+    Ok(a.pick(shape, &idx))
+}
+
+/// `Gather` along `ax` with integer indices (negative ones count from the end).
+pub fn gather(a: &Const, indices: &Const, ax: i64) -> Result<Const, String> {
+    let ax = axis(ax, a.shape.len())?;
+    let d = a.shape[ax] as i64;
+    let ids: Vec<usize> = indices
+        .as_i64()?
+        .iter()
+        .map(|&i| {
+            let j = if i < 0 { i + d } else { i };
+            if (0..d).contains(&j) {
+                Ok(j as usize)
+            } else {
+                Err(format!("index {i} is out of range for an axis of {d}"))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let outer: usize = a.shape[..ax].iter().product::<u64>() as usize;
+    let inner: usize = a.shape[ax + 1..].iter().product::<u64>() as usize;
+    let mut idx = Vec::with_capacity(outer * ids.len() * inner);
+    for o in 0..outer {
+        for &i in &ids {
+            idx.extend((0..inner).map(|k| (o * d as usize + i) * inner + k));
+        }
+    }
+    let mut shape = a.shape[..ax].to_vec();
+    shape.extend(&indices.shape);
+    shape.extend(&a.shape[ax + 1..]);
+    Ok(a.pick(shape, &idx))
+}
+
+/// `Slice` of one axis: `start..end` by `step` (already clamped by [`slice_range`]).
+pub fn slice_axis(a: &Const, ax: usize, picks: &[usize]) -> Const {
+    let d = a.shape[ax] as usize;
+    let outer: usize = a.shape[..ax].iter().product::<u64>() as usize;
+    let inner: usize = a.shape[ax + 1..].iter().product::<u64>() as usize;
+    let mut idx = Vec::with_capacity(outer * picks.len() * inner);
+    for o in 0..outer {
+        for &i in picks {
+            idx.extend((0..inner).map(|k| (o * d + i) * inner + k));
+        }
+    }
+    let mut shape = a.shape.clone();
+    shape[ax] = picks.len() as u64;
+    a.pick(shape, &idx)
+}
+
+/// The indices `Slice` takes along an axis of size `d` (ONNX clamping rules).
+pub fn slice_range(d: u64, start: i64, end: i64, step: i64) -> Result<Vec<usize>, String> {
+    if step == 0 {
+        return Err("slice step 0".into());
+    }
+    let d = d as i64;
+    let norm = |x: i64| if x < 0 { x.saturating_add(d) } else { x };
+    let (mut s, mut e) = (norm(start), norm(end));
+    if step > 0 {
+        s = s.clamp(0, d);
+        e = e.clamp(0, d);
+    } else {
+        s = s.clamp(0, d - 1);
+        e = e.clamp(-1, d - 1);
+    }
+    let mut out = Vec::new();
+    let mut i = s;
+    while (step > 0 && i < e) || (step < 0 && i > e) {
+        out.push(i as usize);
+        i += step;
+    }
+    Ok(out)
+}
+
+/// `Concat` along `ax`.
+pub fn concat(parts: &[&Const], ax: i64) -> Result<Const, String> {
+    let first = parts.first().ok_or("Concat of nothing")?;
+    let r = first.shape.len();
+    let ax = axis(ax, r)?;
+    for p in parts {
+        if p.shape.len() != r || (0..r).any(|k| k != ax && p.shape[k] != first.shape[k]) {
+            return Err(format!("Concat of shapes {:?} and {:?} along axis {ax}", first.shape, p.shape));
+        }
+    }
+    let outer: usize = first.shape[..ax].iter().product::<u64>() as usize;
+    let ints = parts.iter().all(|p| matches!(p.data, Data::I(_)));
+    let mut f = Vec::new();
+    let mut i = Vec::new();
+    for o in 0..outer {
+        for p in parts {
+            let chunk = p.shape[ax..].iter().product::<u64>() as usize;
+            if ints {
+                i.extend_from_slice(&p.as_i64()?[o * chunk..(o + 1) * chunk]);
+            } else {
+                f.extend_from_slice(&p.as_f32()[o * chunk..(o + 1) * chunk]);
+            }
+        }
+    }
+    let mut shape = first.shape.clone();
+    shape[ax] = parts.iter().map(|p| p.shape[ax]).sum();
+    Ok(if ints { Const::i(shape, i) } else { Const::f(shape, f) })
+}
+
+/// The output shape of `Reshape` (`0` copies the input's size unless `allowzero`, one `-1` is
+/// inferred).
+pub fn reshape_shape(input: &[u64], spec: &[i64], allowzero: bool) -> Result<Vec<u64>, String> {
+    let total: u64 = input.iter().product();
+    let mut out = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (k, &s) in spec.iter().enumerate() {
+        match s {
+            -1 if infer.is_none() => {
+                infer = Some(k);
+                out.push(1);
+            }
+            0 if !allowzero => out.push(*input.get(k).ok_or(format!("shape {spec:?}: no axis {k} to copy"))?),
+            s if s >= 0 => out.push(s as u64),
+            _ => return Err(format!("shape {spec:?} is not a valid Reshape target")),
+        }
+    }
+    if let Some(k) = infer {
+        let known: u64 = out.iter().product();
+        if known == 0 || total % known != 0 {
+            return Err(format!("cannot infer -1 in {spec:?} for {total} elements"));
+        }
+        out[k] = total / known;
+    }
+    if out.iter().product::<u64>() != total {
+        return Err(format!("shape {spec:?} does not hold the {total} elements of {input:?}"));
+    }
+    Ok(out)
+}
+
+/// `MatMul` of float constants (rank 2, or a batch of rank-2 matrices on the left).
+pub fn matmul(a: &Const, b: &Const) -> Result<Const, String> {
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    if ra < 2 || rb != 2 || a.shape[ra - 1] != b.shape[0] {
+        return Err(format!("MatMul of constants {:?} · {:?} is not folded", a.shape, b.shape));
+    }
+    let (k, n) = (b.shape[0] as usize, b.shape[1] as usize);
+    let m = a.len() / k.max(1);
+    let (x, y) = (a.as_f32(), b.as_f32());
+    let mut out = vec![0f32; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let v = x[i * k + p];
+            for j in 0..n {
+                out[i * n + j] += v * y[p * n + j];
+            }
+        }
+    }
+    let mut shape = a.shape[..ra - 1].to_vec();
+    shape.push(n as u64);
+    Ok(Const::f(shape, out))
+}
+
+/// `Cast` to an ONNX data type.
+pub fn cast(a: &Const, to: i64) -> Result<Const, String> {
+    Ok(match to as i32 {
+        data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE => Const::f(a.shape.clone(), a.as_f32()),
+        data_type::BOOL => Const::i(a.shape.clone(), a.as_f64().iter().map(|x| (*x != 0.0) as i64).collect()),
+        data_type::INT64 | data_type::INT32 | data_type::INT8 | data_type::UINT8 => match &a.data {
+            Data::I(_) => a.clone(),
+            Data::F(v) => Const::i(a.shape.clone(), v.iter().map(|x| x.trunc() as i64).collect()),
+        },
+        other => return Err(format!("Cast to {} is not folded", data_type::name(other))),
+    })
+}
