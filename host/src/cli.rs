@@ -85,7 +85,8 @@ enum Cmd {
         /// ONNX models: fix an input's symbolic dimensions, e.g. pixel_values=1,3,224,224 (repeatable).
         #[arg(long = "input-shape", value_name = "NAME=D0,D1,...")]
         input_shapes: Vec<String>,
-        /// ONNX models: also write the imported model (TOML) here, for reading.
+        /// ONNX models: also write the imported model (TOML) here, with its params in
+        /// params.safetensors beside it: a model file `build` takes as it is.
         #[arg(long, value_name = "FILE.toml")]
         emit_model: Option<PathBuf>,
         /// Package to write.
@@ -491,11 +492,13 @@ fn parse_input_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<u64>>, Fa
     let mut out = BTreeMap::new();
     for spec in specs {
         let parsed = spec.split_once('=').and_then(|(name, dims)| {
-            let dims: Option<Vec<u64>> = dims.split(',').map(|d| d.trim().parse::<u64>().ok().filter(|d| *d > 0)).collect();
+            let dims: Option<Vec<u64>> =
+                dims.split(',').map(|d| d.trim().parse::<u64>().ok().filter(|d| *d > 0)).collect();
             Some((name.to_string(), dims?))
         });
-        let (name, dims) =
-            parsed.ok_or_else(|| bad(format!("--input-shape {spec}: expected NAME=D0,D1,... with positive sizes")))?;
+        let (name, dims) = parsed.ok_or_else(|| {
+            bad(format!("--input-shape {spec}: expected NAME=D0,D1,... with positive sizes"))
+        })?;
         if out.insert(name.clone(), dims).is_some() {
             return Err(bad(format!("--input-shape {name} is given twice")));
         }
@@ -548,13 +551,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     tracing::info!(tensor = %name, scale = *scale, "fp8 scale (power of two)");
                 }
                 if let Some(path) = &emit_model {
+                    let st = ipu_host::onnx::emit::safetensors_bytes(&imp.params).map_err(bad)?;
+                    let st_path = path.with_file_name("params.safetensors");
                     std::fs::write(path, &imp.toml).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+                    std::fs::write(&st_path, st).map_err(|e| bad(format!("{}: {e}", st_path.display())))?;
                 }
                 (imp.toml, Some(imp.params))
             } else {
-                (String::from_utf8(bytes).map_err(|_| {
-                    bad(format!("{}: neither a model file in TOML (not UTF-8 text) nor an ONNX model", model.display()))
-                })?, None)
+                (
+                    String::from_utf8(bytes).map_err(|_| {
+                        bad(format!(
+                            "{}: neither a model file in TOML (not UTF-8 text) nor an ONNX model",
+                            model.display()
+                        ))
+                    })?,
+                    None,
+                )
             };
             let opts = BuildOptions {
                 tiles,

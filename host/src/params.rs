@@ -55,13 +55,19 @@ pub fn load(
 
 /// Params given as values (an imported model's initializers): each checked against its
 /// declaration and converted to the param's dtype, as [`load`] does for files.
-pub fn from_values(g: &Graph, values: &BTreeMap<String, HostTensor>) -> Result<BTreeMap<String, HostTensor>, String> {
+pub fn from_values(
+    g: &Graph,
+    values: &BTreeMap<String, HostTensor>,
+) -> Result<BTreeMap<String, HostTensor>, String> {
     let mut out = BTreeMap::new();
     for p in &g.params {
         let t = g.tensor(*p);
         let v = values.get(&t.name).ok_or_else(|| format!("param `{}`: no value given", t.name))?;
         if v.shape != t.shape {
-            return Err(format!("param `{}`: values of shape {:?} for a param of {:?}", t.name, v.shape, t.shape));
+            return Err(format!(
+                "param `{}`: values of shape {:?} for a param of {:?}",
+                t.name, v.shape, t.shape
+            ));
         }
         let data = convert(v, t.dtype, t.scale).map_err(|e| format!("param `{}`: {e}", t.name))?;
         out.insert(t.name.clone(), HostTensor { dtype: t.dtype, shape: t.shape.clone(), data });

@@ -188,7 +188,9 @@ pub fn decode(t: &TensorProto, ext: &mut External) -> Result<Const, String> {
         let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
         let location = get("location").ok_or("external data without a `location`")?;
         let num = |k: &str| -> Result<Option<u64>, String> {
-            get(k).map(|v| v.parse::<u64>().map_err(|_| format!("external data `{k}` = `{v}` is not a number"))).transpose()
+            get(k)
+                .map(|v| v.parse::<u64>().map_err(|_| format!("external data `{k}` = `{v}` is not a number")))
+                .transpose()
         };
         let (offset, length) = (num("offset")?.unwrap_or(0), num("length")?);
         Some(ext.bytes(location, offset, length)?)
@@ -208,9 +210,9 @@ pub fn decode(t: &TensorProto, ext: &mut External) -> Result<Const, String> {
         let c = raw.chunks_exact(width as usize);
         let data = match t.data_type {
             data_type::FLOAT => Data::F(c.map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()),
-            data_type::FLOAT16 => Data::F(
-                c.map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f32()).collect(),
-            ),
+            data_type::FLOAT16 => {
+                Data::F(c.map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f32()).collect())
+            }
             data_type::DOUBLE => {
                 Data::F(c.map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32).collect())
             }

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 
 /// A field value of an `[[ops]]` entry.
+#[derive(Clone, Debug)]
 pub enum Field {
     /// A tensor or dtype name.
     S(String),
@@ -25,7 +26,7 @@ pub struct Emit {
     names: BTreeSet<String>,
     inputs: String,
     params_text: String,
-    ops: String,
+    ops: Vec<(String, Vec<(String, Field)>)>,
     /// Param values in declaration order (f32 values; converted to the param's dtype by the build).
     pub params: Vec<(String, HostTensor, i8)>,
     /// Ops emitted so far.
@@ -57,7 +58,7 @@ impl Emit {
             names: BTreeSet::new(),
             inputs: String::new(),
             params_text: String::new(),
-            ops: String::new(),
+            ops: Vec::new(),
             params: Vec::new(),
             op_count: 0,
         }
@@ -93,7 +94,14 @@ impl Emit {
     }
 
     /// Declare a param with its values; returns its tensor name.
-    pub fn param(&mut self, base: &str, dtype: DType, scale: i8, shape: Vec<u64>, values: Vec<f32>) -> String {
+    pub fn param(
+        &mut self,
+        base: &str,
+        dtype: DType,
+        scale: i8,
+        shape: Vec<u64>,
+        values: Vec<f32>,
+    ) -> String {
         let name = self.fresh(base);
         let scale_line = if scale != 0 { format!("scale = {scale}\n") } else { String::new() };
         let _ = writeln!(
@@ -108,19 +116,40 @@ impl Emit {
         name
     }
 
-    /// Append an op; `fields` in the order they are written.
-    pub fn op(&mut self, kind: &str, fields: &[(&str, Field)]) {
-        let _ = writeln!(self.ops, "[[ops]]\nop = \"{kind}\"");
-        for (k, v) in fields {
-            let _ = match v {
-                Field::S(s) => writeln!(self.ops, "{k} = {}", quote(s)),
-                Field::Ints(v) => writeln!(self.ops, "{k} = {v:?}"),
-                Field::F(x) => writeln!(self.ops, "{k} = {x:?}"),
-                Field::I(x) => writeln!(self.ops, "{k} = {x}"),
-            };
-        }
-        self.ops.push('\n');
+    /// Append an op; `fields` in the order they are written. Returns its index.
+    pub fn op(&mut self, kind: &str, fields: &[(&str, Field)]) -> usize {
+        self.ops.push((kind.to_string(), fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()));
         self.op_count += 1;
+        self.ops.len() - 1
+    }
+
+    /// Set (or replace) a numeric field of an emitted op.
+    pub fn set_number(&mut self, op: usize, field: &str, value: f64) {
+        let fields = &mut self.ops[op].1;
+        match fields.iter_mut().find(|(k, _)| k == field) {
+            Some((_, v)) => *v = Field::F(value),
+            None => {
+                let at = fields.iter().position(|(k, _)| k == "output").unwrap_or(fields.len());
+                fields.insert(at, (field.to_string(), Field::F(value)));
+            }
+        }
+    }
+
+    fn ops_text(&self) -> String {
+        let mut out = String::new();
+        for (kind, fields) in &self.ops {
+            let _ = writeln!(out, "[[ops]]\nop = \"{kind}\"");
+            for (k, v) in fields {
+                let _ = match v {
+                    Field::S(s) => writeln!(out, "{k} = {}", quote(s)),
+                    Field::Ints(v) => writeln!(out, "{k} = {v:?}"),
+                    Field::F(x) => writeln!(out, "{k} = {x:?}"),
+                    Field::I(x) => writeln!(out, "{k} = {x}"),
+                };
+            }
+            out.push('\n');
+        }
+        out
     }
 
     /// The model file text.
@@ -132,7 +161,30 @@ impl Emit {
             outs.join(", "),
             self.inputs,
             self.params_text,
-            self.ops
+            self.ops_text()
         )
     }
+}
+
+/// The param values as a `.safetensors` file (f32), the file the written model names.
+pub fn safetensors_bytes(params: &std::collections::BTreeMap<String, HostTensor>) -> Result<Vec<u8>, String> {
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = params
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                t.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                t.shape.iter().map(|d| *d as usize).collect(),
+            )
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+        .iter()
+        .map(|(n, b, s)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| format!("param `{n}`: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    safetensors::serialize(views, None).map_err(|e| e.to_string())
 }

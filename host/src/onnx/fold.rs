@@ -146,8 +146,11 @@ pub fn unary(op: &str, a: &Const) -> Result<Const, String> {
 /// `Transpose` (`perm` empty: reverse the axes).
 pub fn transpose(a: &Const, perm: &[i64]) -> Result<Const, String> {
     let r = a.shape.len();
-    let perm: Vec<usize> =
-        if perm.is_empty() { (0..r).rev().collect() } else { perm.iter().map(|p| axis(*p, r)).collect::<Result<_, _>>()? };
+    let perm: Vec<usize> = if perm.is_empty() {
+        (0..r).rev().collect()
+    } else {
+        perm.iter().map(|p| axis(*p, r)).collect::<Result<_, _>>()?
+    };
     let mut seen = vec![false; r];
     if perm.len() != r || perm.iter().any(|p| std::mem::replace(&mut seen[*p], true)) {
         return Err(format!("perm {perm:?} is not a permutation of {r} axes"));
@@ -155,9 +158,8 @@ pub fn transpose(a: &Const, perm: &[i64]) -> Result<Const, String> {
     let shape: Vec<u64> = perm.iter().map(|p| a.shape[*p]).collect();
     let (is, os) = (strides(&a.shape), strides(&shape));
     let n = a.len();
-    let idx: Vec<usize> = (0..n)
-        .map(|flat| (0..r).map(|k| ((flat / os[k]) % shape[k] as usize) * is[perm[k]]).sum())
-        .collect();
+    let idx: Vec<usize> =
+        (0..n).map(|flat| (0..r).map(|k| ((flat / os[k]) % shape[k] as usize) * is[perm[k]]).sum()).collect();
     Ok(a.pick(shape, &idx))
 }
 

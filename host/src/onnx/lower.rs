@@ -42,8 +42,17 @@ pub struct Lower<'a, 'b> {
     vals: BTreeMap<String, Val>,
     emit: Emit,
     ext: &'a mut External<'b>,
-    params_of: BTreeMap<(usize, bool), String>,
+    /// Params made from constants, by the constant's address; the `Rc` is kept so that no later
+    /// constant can be allocated at the same address while the map lives.
+    params_of: BTreeMap<(usize, bool), (Rc<Const>, String)>,
     scales: Vec<(String, i8)>,
+    /// Matmuls emitted, by output tensor: op index, alpha, and whether the ONNX value has one
+    /// reader (then a scaling applied after it folds into its `alpha`).
+    matmuls: BTreeMap<String, (usize, f64, bool)>,
+    /// Scalings folded into a matmul's alpha after it was written, by tensor.
+    folded: BTreeMap<String, f64>,
+    /// Readers of each ONNX value.
+    uses: BTreeMap<String, usize>,
 }
 
 fn f16_param_values(c: &Const) -> Vec<f32> {
@@ -69,11 +78,15 @@ impl<'a, 'b> Lower<'a, 'b> {
             ext,
             params_of: BTreeMap::new(),
             scales: Vec::new(),
+            matmuls: BTreeMap::new(),
+            folded: BTreeMap::new(),
+            uses: BTreeMap::new(),
         }
     }
 
     /// Declare the graph inputs (those that are not initializers).
     pub fn inputs(&mut self, g: &GraphProto) -> Result<(), String> {
+        self.uses = super::patterns::consumers(g).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         for o in &g.output {
             self.emit.reserve(&o.name);
         }
@@ -85,7 +98,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             given.remove(&i.name);
             self.emit.reserve(&i.name);
             let at = format!("{}: input `{}`", self.file, i.name);
-            let tt = i.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).ok_or(format!("{at}: not a tensor"))?;
+            let tt = i
+                .r#type
+                .as_ref()
+                .and_then(|t| t.tensor_type.as_ref())
+                .ok_or(format!("{at}: not a tensor"))?;
             let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
             let shape: Vec<u64> = match self.opts.input_shapes.get(&i.name) {
                 Some(s) => {
@@ -112,7 +129,11 @@ impl<'a, 'b> Lower<'a, 'b> {
                     let t = self.emit.fresh(&format!("{}_f16", i.name));
                     self.emit.op(
                         "cast",
-                        &[("input", Field::S(i.name.clone())), ("output", Field::S(t.clone())), ("dtype", s("f16"))],
+                        &[
+                            ("input", Field::S(i.name.clone())),
+                            ("output", Field::S(t.clone())),
+                            ("dtype", s("f16")),
+                        ],
                     );
                     t
                 }
@@ -120,18 +141,35 @@ impl<'a, 'b> Lower<'a, 'b> {
                     self.emit.input(&i.name, DType::F16, &shape);
                     i.name.clone()
                 }
-                other => return Err(format!("{at}: element type {} (inputs are FLOAT or FLOAT16)", data_type::name(other))),
+                other => {
+                    return Err(format!(
+                        "{at}: element type {} (inputs are FLOAT or FLOAT16)",
+                        data_type::name(other)
+                    ))
+                }
+            };
+            let held = strip(&shape);
+            let t = if held != shape {
+                self.write_view(&t, "reshape", &held, &format!("{}_held", i.name))
+            } else {
+                t
             };
             self.vals.insert(i.name.clone(), Val::R(Run { t, shape, e: Rc::new(Expr::X) }));
         }
         if let Some(n) = given.first() {
-            return Err(format!("{}: --input-shape names `{n}`, which is not an input of the model", self.file));
+            return Err(format!(
+                "{}: --input-shape names `{n}`, which is not an input of the model",
+                self.file
+            ));
         }
         Ok(())
     }
 
     fn get(&self, name: &str, at: &str) -> Result<Val, String> {
-        self.vals.get(name).cloned().ok_or_else(|| format!("{at}: input `{name}` is not defined before it is used"))
+        self.vals
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("{at}: input `{name}` is not defined before it is used"))
     }
 
     /// The tensor of a runtime value, writing the ops its composition needs.
@@ -152,6 +190,7 @@ impl<'a, 'b> Lower<'a, 'b> {
                 );
                 Ok(out)
             }
+            Form::Affine(a, b) if b == 0.0 && self.fold_into_matmul(&r.t, a) => Ok(r.t.clone()),
             Form::Affine(a, b) => {
                 let mut t = r.t.clone();
                 for (op, v, skip) in [("mul", a, 1.0), ("add", b, 0.0)] {
@@ -174,6 +213,21 @@ impl<'a, 'b> Lower<'a, 'b> {
         }
     }
 
+    /// Scale the matmul that wrote `t` by `a` if nothing else reads its result unscaled (softmax
+    /// must read a matmul's output, so `softmax(q·kᵀ × c)` needs the `c` in `alpha`).
+    fn fold_into_matmul(&mut self, t: &str, a: f64) -> bool {
+        let Some(&(op, alpha, single)) = self.matmuls.get(t) else { return false };
+        match self.folded.get(t) {
+            Some(prev) => *prev == a,
+            None if single => {
+                self.emit.set_number(op, "alpha", alpha * a);
+                self.folded.insert(t.to_string(), a);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A runtime operand of a matmul: the tensor and the scalar factor that goes into `alpha`.
     fn scaled(&mut self, r: &Run, at: &str) -> Result<(String, f64), String> {
         match r.e.form() {
@@ -185,18 +239,23 @@ impl<'a, 'b> Lower<'a, 'b> {
     fn binary(&mut self, op: &str, a: &str, b: &str, out: &str) {
         self.emit.op(
             op,
-            &[("a", Field::S(a.into())), ("b", Field::S(b.into())), ("output", Field::S(out.into())), ("dtype", s("f16"))],
+            &[
+                ("a", Field::S(a.into())),
+                ("b", Field::S(b.into())),
+                ("output", Field::S(out.into())),
+                ("dtype", s("f16")),
+            ],
         );
     }
 
     /// A constant as an f16 param (each constant once).
     fn param(&mut self, c: &Rc<Const>, base: &str, shape: Vec<u64>) -> String {
         let key = (Rc::as_ptr(c) as usize, false);
-        if let Some(n) = self.params_of.get(&key) {
+        if let Some((_, n)) = self.params_of.get(&key) {
             return n.clone();
         }
         let n = self.emit.param(base, DType::F16, 0, shape, f16_param_values(c));
-        self.params_of.insert(key, n.clone());
+        self.params_of.insert(key, (c.clone(), n.clone()));
         n
     }
 
@@ -216,13 +275,23 @@ impl<'a, 'b> Lower<'a, 'b> {
     }
 
     /// Lower one node.
-    pub fn node(&mut self, g: &GraphProto, node: &NodeProto, pattern: Option<&Pattern>) -> Result<(), String> {
+    pub fn node(
+        &mut self,
+        g: &GraphProto,
+        node: &NodeProto,
+        pattern: Option<&Pattern>,
+    ) -> Result<(), String> {
         let at = format!("{}: node `{}` ({}, opset {})", self.file, node.name, node.op_type, self.opset);
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return Err(format!("{at}: domain `{}` is not supported; supported ops: {SUPPORTED}", node.domain));
+            return Err(format!(
+                "{at}: domain `{}` is not supported; supported ops: {SUPPORTED}",
+                node.domain
+            ));
         }
         match pattern {
-            Some(Pattern::LayerNorm { x, eps, means }) => return self.decomposed_layernorm(g, node, x, eps, means, &at),
+            Some(Pattern::LayerNorm { x, eps, means }) => {
+                return self.decomposed_layernorm(g, node, x, eps, means, &at)
+            }
             Some(Pattern::PatchEmbed { conv, flatten }) => {
                 return self.patch_embed(&g.node[*conv], &g.node[*flatten], node, &at)
             }
@@ -270,17 +339,23 @@ impl<'a, 'b> Lower<'a, 'b> {
     }
 
     /// Evaluate a node whose inputs are all constants.
-    fn fold(&mut self, node: &NodeProto, attrs: &Attrs, c: &[Option<Rc<Const>>]) -> Result<Vec<Const>, String> {
+    fn fold(
+        &mut self,
+        node: &NodeProto,
+        attrs: &Attrs,
+        c: &[Option<Rc<Const>>],
+    ) -> Result<Vec<Const>, String> {
         let op = node.op_type.as_str();
         let x = || c.first().cloned().flatten().ok_or_else(|| "missing input".to_string());
         let y = || c.get(1).cloned().flatten().ok_or_else(|| "missing second input".to_string());
         Ok(vec![match op {
             "Identity" | "Dropout" => (*x()?).clone(),
             "Cast" => fold::cast(&*x()?, attrs.int("to").unwrap_or(1))?,
-            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Equal" | "Less" | "Greater" | "Max" | "Min" | "And" | "Or" => {
-                fold::binary(op, &*x()?, &*y()?)?
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Equal" | "Less" | "Greater" | "Max" | "Min"
+            | "And" | "Or" => fold::binary(op, &*x()?, &*y()?)?,
+            "Sqrt" | "Neg" | "Abs" | "Exp" | "Tanh" | "Reciprocal" | "Erf" | "Floor" | "Ceil" | "Not" => {
+                fold::unary(op, &*x()?)?
             }
-            "Sqrt" | "Neg" | "Abs" | "Exp" | "Tanh" | "Reciprocal" | "Erf" | "Floor" | "Ceil" | "Not" => fold::unary(op, &*x()?)?,
             "Transpose" => fold::transpose(&*x()?, &attrs.ints("perm").unwrap_or_default())?,
             "Gather" => fold::gather(&*x()?, &*y()?, attrs.int("axis").unwrap_or(0))?,
             "Concat" => {
@@ -289,7 +364,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             }
             "Reshape" => {
                 let a = x()?;
-                let shape = fold::reshape_shape(&a.shape, &*y()?.as_i64()?, attrs.int("allowzero") == Some(1))?;
+                let shape =
+                    fold::reshape_shape(&a.shape, &*y()?.as_i64()?, attrs.int("allowzero") == Some(1))?;
                 a.reshaped(shape)
             }
             "Unsqueeze" | "Squeeze" | "Flatten" => {
@@ -354,7 +430,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             }
             "Split" => return self.split(node, attrs, c),
             "Range" => {
-                let (s, l, d) = (x()?.as_f64(), y()?.as_f64(), c.get(2).cloned().flatten().ok_or("Range: no delta")?.as_f64());
+                let (s, l, d) = (
+                    x()?.as_f64(),
+                    y()?.as_f64(),
+                    c.get(2).cloned().flatten().ok_or("Range: no delta")?.as_f64(),
+                );
                 let (s, l, d) = (s[0], l[0], d[0]);
                 let n = if d == 0.0 { 0.0 } else { ((l - s) / d).ceil().max(0.0) };
                 if n > 1e8 {
@@ -362,8 +442,12 @@ impl<'a, 'b> Lower<'a, 'b> {
                 }
                 let v: Vec<f64> = (0..n as usize).map(|i| s + i as f64 * d).collect();
                 match x()?.data {
-                    super::consts::Data::I(_) => Const::i(vec![v.len() as u64], v.iter().map(|x| *x as i64).collect()),
-                    super::consts::Data::F(_) => Const::f(vec![v.len() as u64], v.iter().map(|x| *x as f32).collect()),
+                    super::consts::Data::I(_) => {
+                        Const::i(vec![v.len() as u64], v.iter().map(|x| *x as i64).collect())
+                    }
+                    super::consts::Data::F(_) => {
+                        Const::f(vec![v.len() as u64], v.iter().map(|x| *x as f32).collect())
+                    }
                 }
             }
             "Where" => {
@@ -383,7 +467,12 @@ impl<'a, 'b> Lower<'a, 'b> {
                     ),
                     _ => {
                         let (p, q) = (a.as_f32(), b.as_f32());
-                        Const::f(shape, (0..ic.len()).map(|k| if cv[ic[k]] != 0.0 { p[ia[k]] } else { q[ib[k]] }).collect())
+                        Const::f(
+                            shape,
+                            (0..ic.len())
+                                .map(|k| if cv[ic[k]] != 0.0 { p[ia[k]] } else { q[ib[k]] })
+                                .collect(),
+                        )
                     }
                 }
             }
@@ -409,7 +498,12 @@ impl<'a, 'b> Lower<'a, 'b> {
         }])
     }
 
-    fn split(&mut self, node: &NodeProto, attrs: &Attrs, c: &[Option<Rc<Const>>]) -> Result<Vec<Const>, String> {
+    fn split(
+        &mut self,
+        node: &NodeProto,
+        attrs: &Attrs,
+        c: &[Option<Rc<Const>>],
+    ) -> Result<Vec<Const>, String> {
         let a = c.first().cloned().flatten().ok_or("missing input")?;
         let ax = fold::axis(attrs.int("axis").unwrap_or(0), a.shape.len())?;
         let d = a.shape[ax];
@@ -438,7 +532,13 @@ impl<'a, 'b> Lower<'a, 'b> {
     }
 
     /// Output shape of `Squeeze`, `Unsqueeze` and `Flatten`.
-    fn view_shape(&self, op: &str, attrs: &Attrs, shape: &[u64], axes_in: Option<Rc<Const>>) -> Result<Vec<u64>, String> {
+    fn view_shape(
+        &self,
+        op: &str,
+        attrs: &Attrs,
+        shape: &[u64],
+        axes_in: Option<Rc<Const>>,
+    ) -> Result<Vec<u64>, String> {
         let axes = match (axes_in, attrs.ints("axes")) {
             (Some(a), _) => Some(a.as_i64()?),
             (None, a) => a,
@@ -491,7 +591,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             Some(Some(Val::R(r))) => Some(r.clone()),
             _ => None,
         };
-        let need_r0 = || r0.clone().ok_or_else(|| format!("{at}: the first input must be computed on the chip"));
+        let need_r0 =
+            || r0.clone().ok_or_else(|| format!("{at}: the first input must be computed on the chip"));
         match op {
             "Identity" | "Dropout" => self.define(node, 0, Val::R(need_r0()?)),
             "Cast" => {
@@ -504,7 +605,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             "MatMul" => {
                 let (a, b) = (ins[0].clone().unwrap(), ins.get(1).cloned().flatten().ok_or(format!("{at}: one input"))?);
                 let out = self.out_name(node);
-                let (t, shape) = self.matmul(a, b, 1.0, &out, at)?;
+                let single = self.uses.get(&node.output[0]) == Some(&1);
+                let (t, shape) = self.matmul(a, b, 1.0, &out, single, at)?;
                 self.run(node, t, shape);
             }
             "Gemm" => {
@@ -520,11 +622,11 @@ impl<'a, 'b> Lower<'a, 'b> {
                 };
                 let alpha = attrs.float("alpha").unwrap_or(1.0) as f64;
                 let mm = self.emit.fresh(&format!("{}_mm", node.output[0]));
-                let (mut t, shape) = self.matmul(a, b, alpha, &mm, at)?;
+                let (mut t, shape) = self.matmul(a, b, alpha, &mm, false, at)?;
                 if let Some(c) = consts.get(2).cloned().flatten() {
                     let beta = attrs.float("beta").unwrap_or(1.0);
                     let c = Rc::new(fold::binary("Mul", &c, &Const::f(vec![], vec![beta]))?);
-                    let p = self.param(&c, &format!("{}_bias", node.output[0]), c.shape.clone());
+                    let p = self.param(&c, &format!("{}_bias", node.output[0]), strip(&c.shape));
                     let out = self.out_name(node);
                     self.binary("add", &t, &p, &out);
                     t = out;
@@ -635,7 +737,13 @@ impl<'a, 'b> Lower<'a, 'b> {
     }
 
     /// `Gather`/`Slice`/`Expand` that keep every element: the output shape, else `None`.
-    fn selects_everything(&self, op: &str, attrs: &Attrs, shape: &[u64], c: &[Option<Rc<Const>>]) -> Result<Option<Vec<u64>>, String> {
+    fn selects_everything(
+        &self,
+        op: &str,
+        attrs: &Attrs,
+        shape: &[u64],
+        c: &[Option<Rc<Const>>],
+    ) -> Result<Option<Vec<u64>>, String> {
         let arg = |k: usize| c.get(k).cloned().flatten();
         match op {
             "Gather" => {
@@ -671,7 +779,12 @@ impl<'a, 'b> Lower<'a, 'b> {
                 Ok(Some(shape.to_vec()))
             }
             _ => {
-                let want: Vec<u64> = arg(1).ok_or("shape must be constant")?.as_i64()?.iter().map(|d| (*d).max(0) as u64).collect();
+                let want: Vec<u64> = arg(1)
+                    .ok_or("shape must be constant")?
+                    .as_i64()?
+                    .iter()
+                    .map(|d| (*d).max(0) as u64)
+                    .collect();
                 Ok(ipu_core::graph::broadcast_shape(shape, &want).filter(|s| s == shape))
             }
         }
@@ -679,41 +792,117 @@ impl<'a, 'b> Lower<'a, 'b> {
 
     /// A reshape or transpose of a runtime value. A pure scaling travels through the view (so a
     /// scale on K before its transpose still folds into the matmul's `alpha`).
-    fn view(&mut self, node: &NodeProto, r: Run, kind: &str, shape: Vec<u64>, perm: Option<Vec<usize>>, at: &str) -> Result<(), String> {
-        let identity = match &perm {
-            Some(p) => p.iter().enumerate().all(|(k, v)| k == *v),
-            None => shape == r.shape,
-        };
+    fn view(
+        &mut self,
+        node: &NodeProto,
+        r: Run,
+        kind: &str,
+        shape: Vec<u64>,
+        perm: Option<Vec<usize>>,
+        at: &str,
+    ) -> Result<(), String> {
         let (t, e) = match r.e.form() {
             Form::Affine(_, 0.0) | Form::Identity => (r.t.clone(), r.e.clone()),
             _ => (self.tensor(&r, at)?, Rc::new(Expr::X)),
         };
-        if identity {
-            self.define(node, 0, Val::R(Run { t, shape, e }));
-            return Ok(());
-        }
-        let out = self.out_name(node);
-        let mut fields = vec![("input", Field::S(t))];
-        match perm {
-            Some(p) => fields.push(("perm", Field::Ints(p.iter().map(|x| *x as i64).collect()))),
-            None => fields.push(("shape", Field::Ints(shape.iter().map(|x| *x as i64).collect()))),
-        }
-        fields.push(("output", Field::S(out.clone())));
-        fields.push(("dtype", s("f16")));
-        self.emit.op(kind, &fields);
-        self.define(node, 0, Val::R(Run { t: out, shape, e }));
+        let base = node.output.first().cloned().unwrap_or_default();
+        let t =
+            self.emit_view(&t, &r.shape, &shape, perm.as_deref(), &base).map_err(|e| format!("{at}: {e}"))?;
+        let _ = kind;
+        self.define(node, 0, Val::R(Run { t, shape, e }));
         Ok(())
+    }
+
+    /// Write the views that turn tensor `t` (ONNX shape `from`, held as `strip(from)`) into ONNX
+    /// shape `to` (held as `strip(to)`): a reshape, or a transpose by `perm` (ONNX axes). The
+    /// device's transposes keep the last axis (a view) or swap the last two; a permutation that
+    /// brings the last axis to the second-to-last place is written as one of each.
+    fn emit_view(
+        &mut self,
+        t: &str,
+        from: &[u64],
+        to: &[u64],
+        perm: Option<&[usize]>,
+        base: &str,
+    ) -> Result<String, String> {
+        let (held_in, held_out) = (strip(from), strip(to));
+        let Some(perm) = perm else {
+            return Ok(if held_in == held_out {
+                t.to_string()
+            } else {
+                self.write_view(t, "reshape", &held_out, base)
+            });
+        };
+        let (lead_in, lead_out) = (from.len() - held_in.len(), to.len() - held_out.len());
+        // The permutation of the held axes; when a leading unit axis moves, work at full rank.
+        let ours: Option<Vec<usize>> = (lead_in == lead_out)
+            .then(|| perm[lead_out..].iter().map(|p| p.checked_sub(lead_in)).collect::<Option<Vec<_>>>())
+            .flatten()
+            .filter(|p| {
+                let mut q = p.clone();
+                q.sort_unstable();
+                q.iter().enumerate().all(|(k, v)| k == *v)
+            });
+        let (t, perm, out_full) = match ours {
+            Some(p) => (t.to_string(), p, false),
+            None => {
+                let full = if held_in.len() == from.len() {
+                    t.to_string()
+                } else {
+                    self.write_view(t, "reshape", from, base)
+                };
+                (full, perm.to_vec(), held_out.len() != to.len())
+            }
+        };
+        let r = perm.len();
+        if perm.iter().enumerate().all(|(k, v)| k == *v) {
+            return Ok(t);
+        }
+        let mut t = t;
+        let mut perm = perm;
+        if r >= 2 && perm[r - 1] != r - 1 && perm[r - 2] == r - 1 {
+            let mut first = perm.clone();
+            first.swap(r - 2, r - 1);
+            if !first.iter().enumerate().all(|(k, v)| k == *v) {
+                let ints: Vec<i64> = first.iter().map(|x| *x as i64).collect();
+                t = self.write_view_ints(&t, "transpose", "perm", ints, &format!("{base}_lead"));
+            }
+            perm = (0..r).collect();
+            perm.swap(r - 2, r - 1);
+        }
+        let ints: Vec<i64> = perm.iter().map(|x| *x as i64).collect();
+        let out = self.write_view_ints(&t, "transpose", "perm", ints, base);
+        Ok(if out_full { self.write_view(&out, "reshape", &held_out, base) } else { out })
+    }
+
+    fn write_view(&mut self, t: &str, kind: &str, shape: &[u64], base: &str) -> String {
+        self.write_view_ints(t, kind, "shape", shape.iter().map(|x| *x as i64).collect(), base)
+    }
+
+    fn write_view_ints(&mut self, t: &str, kind: &str, field: &str, ints: Vec<i64>, base: &str) -> String {
+        let out = self.emit.fresh(base);
+        let f: &'static str = if field == "perm" { "perm" } else { "shape" };
+        self.emit.op(
+            kind,
+            &[
+                ("input", Field::S(t.into())),
+                (f, Field::Ints(ints)),
+                ("output", Field::S(out.clone())),
+                ("dtype", s("f16")),
+            ],
+        );
+        out
     }
 
     fn elementwise(&mut self, node: &NodeProto, ins: &[Option<Val>], at: &str) -> Result<(), String> {
         let op = node.op_type.as_str();
-        let op: &'static str = [
-            "Add", "Sub", "Mul", "Div", "Pow", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal",
-        ]
-        .into_iter()
-        .find(|o| *o == op)
-        .unwrap_or("Add");
-        let runs: Vec<&Run> = ins.iter().filter_map(|v| if let Some(Val::R(r)) = v { Some(r) } else { None }).collect();
+        let op: &'static str =
+            ["Add", "Sub", "Mul", "Div", "Pow", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal"]
+                .into_iter()
+                .find(|o| *o == op)
+                .unwrap_or("Add");
+        let runs: Vec<&Run> =
+            ins.iter().filter_map(|v| if let Some(Val::R(r)) = v { Some(r) } else { None }).collect();
         let base = runs[0];
         let symbolic = runs.iter().all(|r| r.t == base.t && r.shape == base.shape)
             && ins.iter().all(|v| match v {
@@ -726,7 +915,11 @@ impl<'a, 'b> Lower<'a, 'b> {
                 Some(Val::C(c)) => Rc::new(Expr::C(c.scalar().unwrap_or(0.0))),
                 None => Rc::new(Expr::C(0.0)),
             };
-            let e = if ins.len() == 1 { Expr::Un(op, term(&ins[0])) } else { Expr::Bin(op, term(&ins[0]), term(&ins[1])) };
+            let e = if ins.len() == 1 {
+                Expr::Un(op, term(&ins[0]))
+            } else {
+                Expr::Bin(op, term(&ins[0]), term(&ins[1]))
+            };
             self.define(node, 0, Val::R(Run { t: base.t.clone(), shape: base.shape.clone(), e: Rc::new(e) }));
             return Ok(());
         }
@@ -741,7 +934,9 @@ impl<'a, 'b> Lower<'a, 'b> {
             match v {
                 Some(Val::R(r)) => {
                     if op == "Div" && k == 1 {
-                        return Err(format!("{at}: division by a tensor computed on the chip is not supported"));
+                        return Err(format!(
+                            "{at}: division by a tensor computed on the chip is not supported"
+                        ));
                     }
                     names.push(self.tensor(r, at)?);
                     shapes.push(r.shape.clone());
@@ -749,7 +944,7 @@ impl<'a, 'b> Lower<'a, 'b> {
                 Some(Val::C(c)) => {
                     let c = if op == "Div" { Rc::new(fold::unary("Reciprocal", c)?) } else { c.clone() };
                     let shape = if c.shape.is_empty() { vec![1] } else { c.shape.clone() };
-                    names.push(self.param(&c, &format!("{}_c{k}", node.output[0]), shape.clone()));
+                    names.push(self.param(&c, &format!("{}_c{k}", node.output[0]), strip(&shape)));
                     shapes.push(shape);
                 }
                 None => return Err(format!("{at}: missing input")),
@@ -770,7 +965,15 @@ impl<'a, 'b> Lower<'a, 'b> {
 
     /// `a · b` (either may be a constant, which becomes a param), scaled by `alpha` and by the
     /// operands' pending scalings. Returns the output tensor and shape.
-    fn matmul(&mut self, a: Val, b: Val, alpha: f64, out: &str, at: &str) -> Result<(String, Vec<u64>), String> {
+    fn matmul(
+        &mut self,
+        a: Val,
+        b: Val,
+        alpha: f64,
+        out: &str,
+        single: bool,
+        at: &str,
+    ) -> Result<(String, Vec<u64>), String> {
         let mut alpha = alpha;
         let fp8 = self.opts.weights == Weights::Fp8 && matches!((&a, &b), (Val::R(_), Val::C(_)));
         let mut side = |v: Val, which: usize, this: &mut Self| -> Result<(String, Vec<u64>), String> {
@@ -786,7 +989,10 @@ impl<'a, 'b> Lower<'a, 'b> {
                         shape.remove(0);
                     }
                     if shape.len() < 2 {
-                        return Err(format!("{at}: a constant operand of rank {} is not supported", c.shape.len()));
+                        return Err(format!(
+                            "{at}: a constant operand of rank {} is not supported",
+                            c.shape.len()
+                        ));
                     }
                     let base = format!("{out}_w{which}");
                     if fp8 && which == 1 {
@@ -799,9 +1005,15 @@ impl<'a, 'b> Lower<'a, 'b> {
         };
         let (mut ta, sa) = side(a, 0, self)?;
         let (tb, sb) = side(b, 1, self)?;
-        let dt = |d: DType, s: &[u64]| ipu_core::graph::Tensor { name: String::new(), dtype: d, shape: s.to_vec(), scale: 0 };
-        let (batch, m, _k, n) = ipu_core::graph::matmul_shape(&dt(DType::F16, &sa), &dt(DType::F16, &sb), false, false)
-            .ok_or_else(|| format!("{at}: shapes {sa:?} · {sb:?} do not multiply"))?;
+        let dt = |d: DType, s: &[u64]| ipu_core::graph::Tensor {
+            name: String::new(),
+            dtype: d,
+            shape: s.to_vec(),
+            scale: 0,
+        };
+        let (batch, m, _k, n) =
+            ipu_core::graph::matmul_shape(&dt(DType::F16, &sa), &dt(DType::F16, &sb), false, false)
+                .ok_or_else(|| format!("{at}: shapes {sa:?} · {sb:?} do not multiply"))?;
         if fp8 {
             let range = self.opts.activation_ranges.get(out).copied().unwrap_or(DEFAULT_ACTIVATION_RANGE);
             let scale = fp8_scale(range);
@@ -823,7 +1035,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             fields.push(("alpha", Field::F(alpha)));
         }
         fields.extend([("output", Field::S(out.into())), ("dtype", s("f16")), ("accumulate", s("f16"))]);
-        self.emit.op("matmul", &fields);
+        let idx = self.emit.op("matmul", &fields);
+        self.matmuls.insert(out.to_string(), (idx, alpha, single));
         let mut shape = batch;
         shape.extend([m, n]);
         Ok((out.to_string(), shape))
@@ -832,7 +1045,7 @@ impl<'a, 'b> Lower<'a, 'b> {
     /// A matmul weight as FP8 E4M3 with a power-of-two scale from its largest magnitude.
     fn fp8_weight(&mut self, c: &Rc<Const>, base: &str, shape: Vec<u64>) -> String {
         let key = (Rc::as_ptr(c) as usize, true);
-        if let Some(n) = self.params_of.get(&key) {
+        if let Some((_, n)) = self.params_of.get(&key) {
             return n.clone();
         }
         let v = c.as_f32();
@@ -840,11 +1053,19 @@ impl<'a, 'b> Lower<'a, 'b> {
         let scale = fp8_scale(range);
         let n = self.emit.param(base, DType::F8E4M3, scale, shape, v);
         self.scales.push((n.clone(), scale));
-        self.params_of.insert(key, n.clone());
+        self.params_of.insert(key, (c.clone(), n.clone()));
         n
     }
 
-    fn decomposed_layernorm(&mut self, g: &GraphProto, node: &NodeProto, x: &str, eps: &str, means: &[usize; 2], at: &str) -> Result<(), String> {
+    fn decomposed_layernorm(
+        &mut self,
+        g: &GraphProto,
+        node: &NodeProto,
+        x: &str,
+        eps: &str,
+        means: &[usize; 2],
+        at: &str,
+    ) -> Result<(), String> {
         let Val::R(r) = self.get(x, at)? else {
             return Err(format!("{at}: LayerNorm of a constant"));
         };
@@ -858,7 +1079,10 @@ impl<'a, 'b> Lower<'a, 'b> {
                 },
                 None => Attrs(&mn.attribute).ints("axes").unwrap_or_default(),
             };
-            if axes.len() != 1 || fold::axis(axes[0], rank)? != rank - 1 || Attrs(&mn.attribute).int("keepdims") == Some(0) {
+            if axes.len() != 1
+                || fold::axis(axes[0], rank)? != rank - 1
+                || Attrs(&mn.attribute).int("keepdims") == Some(0)
+            {
                 return Err(format!("{at}: a LayerNorm written out over axes {axes:?} of rank {rank}: only the last axis is supported"));
             }
         }
@@ -870,16 +1094,31 @@ impl<'a, 'b> Lower<'a, 'b> {
         let out = self.out_name(node);
         self.emit.op(
             "layernorm",
-            &[("input", Field::S(t)), ("eps", Field::F(eps)), ("output", Field::S(out.clone())), ("dtype", s("f16"))],
+            &[
+                ("input", Field::S(t)),
+                ("eps", Field::F(eps)),
+                ("output", Field::S(out.clone())),
+                ("dtype", s("f16")),
+            ],
         );
         self.run(node, out, r.shape);
         Ok(())
     }
 
-    fn patch_embed(&mut self, conv: &NodeProto, flatten: &NodeProto, node: &NodeProto, at: &str) -> Result<(), String> {
+    fn patch_embed(
+        &mut self,
+        conv: &NodeProto,
+        flatten: &NodeProto,
+        node: &NodeProto,
+        at: &str,
+    ) -> Result<(), String> {
         let catt = Attrs(&conv.attribute);
-        let Val::R(x) = self.get(&conv.input[0], at)? else { return Err(format!("{at}: Conv of a constant")) };
-        let Val::C(w) = self.get(&conv.input[1], at)? else { return Err(format!("{at}: Conv weights must be constant")) };
+        let Val::R(x) = self.get(&conv.input[0], at)? else {
+            return Err(format!("{at}: Conv of a constant"));
+        };
+        let Val::C(w) = self.get(&conv.input[1], at)? else {
+            return Err(format!("{at}: Conv weights must be constant"));
+        };
         let bias = match conv.input.get(2).filter(|n| !n.is_empty()) {
             Some(n) => match self.get(n, at)? {
                 Val::C(c) => Some(c),
@@ -894,7 +1133,13 @@ impl<'a, 'b> Lower<'a, 'b> {
         let k = ws[2];
         let ones = |n: &str, want: i64| catt.ints(n).is_none_or(|v| v.iter().all(|x| *x == want));
         let stride_ok = catt.ints("strides").is_some_and(|s| s.iter().all(|x| *x as u64 == k));
-        if !stride_ok || !ones("pads", 0) || !ones("dilations", 1) || catt.int("group").unwrap_or(1) != 1 || xs[2] % k != 0 || xs[3] % k != 0 {
+        if !stride_ok
+            || !ones("pads", 0)
+            || !ones("dilations", 1)
+            || catt.int("group").unwrap_or(1) != 1
+            || xs[2] % k != 0
+            || xs[3] % k != 0
+        {
             return Err(format!(
                 "{at}: Conv is supported as a patch embedding: strides equal to the kernel ({k}), no padding, no dilation, \
                  one group, and an image whose sides are multiples of the kernel"
@@ -919,23 +1164,20 @@ impl<'a, 'b> Lower<'a, 'b> {
             return Err(format!("{at}: the patch Conv's output is reshaped to {fl_shape:?} and transposed by {perm:?}; expected [N, C, patches] and [0, 2, 1]"));
         }
         let t = self.tensor(&x, at)?;
-        let base = &conv.output[0];
-        let view = |this: &mut Self, kind: &str, input: String, list: Vec<i64>| -> String {
-            let out = this.emit.fresh(&format!("{base}_{kind}"));
-            let field = if kind == "reshape" { "shape" } else { "perm" };
-            this.emit.op(kind, &[("input", Field::S(input)), (field, Field::Ints(list)), ("output", Field::S(out.clone())), ("dtype", s("f16"))]);
-            out
-        };
-        let (ni, ci, hpi, wpi, ki) = (n as i64, c as i64, hp as i64, wp as i64, k as i64);
-        let r6 = view(self, "reshape", t, vec![ni, ci, hpi, ki, wpi, ki]);
-        let t6 = view(self, "transpose", r6, vec![0, 2, 4, 1, 3, 5]);
-        let patches = view(self, "reshape", t6, vec![ni, hpi * wpi, ci * ki * ki]);
+        let base = conv.output[0].clone();
+        let six = [n, c, hp, k, wp, k];
+        let r6 = self.emit_view(&t, xs, &six, None, &format!("{base}_reshape"))?;
+        let moved = [n, hp, wp, c, k, k];
+        let t6 =
+            self.emit_view(&r6, &six, &moved, Some(&[0, 2, 4, 1, 3, 5]), &format!("{base}_transpose"))?;
+        let patches =
+            self.emit_view(&t6, &moved, &[n, hp * wp, c * k * k], None, &format!("{base}_reshape"))?;
         let wm = fold::transpose(&w.reshaped(vec![d, c * k * k]), &[])?;
         let pr = Run { t: patches, shape: vec![n, hp * wp, c * k * k], e: Rc::new(Expr::X) };
         let out = self.emit.fresh(&format!("{}_mm", node.output[0]));
-        let (mut y, shape) = self.matmul(Val::R(pr), Val::C(Rc::new(wm)), 1.0, &out, at)?;
+        let (mut y, shape) = self.matmul(Val::R(pr), Val::C(Rc::new(wm)), 1.0, &out, false, at)?;
         if let Some(b) = bias {
-            let p = self.param(&b, &format!("{base}_bias"), vec![d]);
+            let p = self.param(&b, &format!("{}_bias", conv.output[0]), vec![d]);
             let o = self.out_name(node);
             self.binary("add", &y, &p, &o);
             y = o;
@@ -946,7 +1188,11 @@ impl<'a, 'b> Lower<'a, 'b> {
 
     /// The graph outputs: each computed value cast to the output's element type under the ONNX
     /// name. Returns the model text, the param values and the FP8 scales chosen.
-    pub fn finish(mut self, g: &GraphProto, name: &str) -> Result<(String, BTreeMap<String, HostTensor>, Vec<(String, i8)>), String> {
+    pub fn finish(
+        mut self,
+        g: &GraphProto,
+        name: &str,
+    ) -> Result<(String, BTreeMap<String, HostTensor>, Vec<(String, i8)>), String> {
         let mut outs = Vec::new();
         for o in &g.output {
             let at = format!("{}: output `{}`", self.file, o.name);
@@ -956,12 +1202,45 @@ impl<'a, 'b> Lower<'a, 'b> {
                 None => return Err(format!("{at}: no node computes it")),
             };
             let t = self.tensor(&r, &at)?;
-            let elem = o.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).map(|t| t.elem_type).unwrap_or(data_type::FLOAT);
+            let elem = o
+                .r#type
+                .as_ref()
+                .and_then(|t| t.tensor_type.as_ref())
+                .map(|t| t.elem_type)
+                .unwrap_or(data_type::FLOAT);
             if elem == data_type::FLOAT16 {
                 let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
-                self.emit.op("reshape", &[("input", Field::S(t)), ("shape", Field::Ints(shape)), ("output", Field::S(o.name.clone())), ("dtype", s("f16"))]);
+                self.emit.op(
+                    "reshape",
+                    &[
+                        ("input", Field::S(t)),
+                        ("shape", Field::Ints(shape)),
+                        ("output", Field::S(o.name.clone())),
+                        ("dtype", s("f16")),
+                    ],
+                );
+            } else if strip(&r.shape) == r.shape {
+                self.emit.op(
+                    "cast",
+                    &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))],
+                );
             } else {
-                self.emit.op("cast", &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))]);
+                // Cast where the tensor is held, then view it in the ONNX shape under the ONNX name.
+                let wide = self.emit.fresh(&format!("{}_f32", o.name));
+                self.emit.op(
+                    "cast",
+                    &[("input", Field::S(t)), ("output", Field::S(wide.clone())), ("dtype", s("f32"))],
+                );
+                let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
+                self.emit.op(
+                    "reshape",
+                    &[
+                        ("input", Field::S(wide)),
+                        ("shape", Field::Ints(shape)),
+                        ("output", Field::S(o.name.clone())),
+                        ("dtype", s("f32")),
+                    ],
+                );
             }
             outs.push(o.name.clone());
         }
@@ -983,6 +1262,14 @@ pub fn fp8_scale(range: f32) -> i8 {
         return 0;
     }
     ((range / max).log2().ceil() as i32).clamp(-32, 31) as i8
+}
+
+/// The shape a runtime tensor is held in: its ONNX shape without leading unit axes (a batch of
+/// one), keeping at least two axes. The matmul planners take rank-2 operands; broadcasting is
+/// unchanged by leading unit axes.
+fn strip(shape: &[u64]) -> Vec<u64> {
+    let lead = shape.iter().take(shape.len().saturating_sub(2)).take_while(|d| **d == 1).count();
+    shape[lead..].to_vec()
 }
 
 fn s(v: &str) -> Field {

@@ -45,7 +45,11 @@ pub struct ImportOptions {
 impl ImportOptions {
     /// f16 weights, no input shapes given.
     pub fn new() -> ImportOptions {
-        ImportOptions { weights: Weights::F16, input_shapes: BTreeMap::new(), activation_ranges: BTreeMap::new() }
+        ImportOptions {
+            weights: Weights::F16,
+            input_shapes: BTreeMap::new(),
+            activation_ranges: BTreeMap::new(),
+        }
     }
 }
 

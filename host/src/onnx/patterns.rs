@@ -41,7 +41,8 @@ fn producers(g: &GraphProto) -> BTreeMap<&str, usize> {
     p
 }
 
-fn consumers(g: &GraphProto) -> BTreeMap<&str, usize> {
+/// How many node inputs and graph outputs read each value.
+pub fn consumers(g: &GraphProto) -> BTreeMap<&str, usize> {
     let mut c = BTreeMap::new();
     for n in &g.node {
         for i in &n.input {
@@ -66,17 +67,22 @@ pub fn find(g: &GraphProto) -> BTreeMap<usize, Pattern> {
             let ln = (|| {
                 let (_, s) = node(&n.input[1]).filter(|(_, s)| is(s, "Sqrt", 1))?;
                 let (_, e) = node(&s.input[0]).filter(|(_, e)| is(e, "Add", 2))?;
-                let (vi, eps) = [(0, 1), (1, 0)]
-                    .iter()
-                    .find_map(|&(a, b)| node(&e.input[a]).filter(|(_, v)| is(v, "ReduceMean", 1)).map(|(vi, _)| (vi, &e.input[b])))?;
+                let (vi, eps) = [(0, 1), (1, 0)].iter().find_map(|&(a, b)| {
+                    node(&e.input[a]).filter(|(_, v)| is(v, "ReduceMean", 1)).map(|(vi, _)| (vi, &e.input[b]))
+                })?;
                 let p = &g.node[vi];
                 let (_, sq) = node(&p.input[0])?;
                 let d = &n.input[0];
                 let squares = (is(sq, "Pow", 2) && sq.input[0] == *d)
                     || (is(sq, "Mul", 2) && sq.input[0] == *d && sq.input[1] == *d);
                 let (_, sub) = node(d).filter(|(_, s)| is(s, "Sub", 2))?;
-                let (mi, _) = node(&sub.input[1]).filter(|(_, m)| is(m, "ReduceMean", 1) && m.input[0] == sub.input[0])?;
-                squares.then(|| Pattern::LayerNorm { x: sub.input[0].clone(), eps: eps.clone(), means: [mi, vi] })
+                let (mi, _) = node(&sub.input[1])
+                    .filter(|(_, m)| is(m, "ReduceMean", 1) && m.input[0] == sub.input[0])?;
+                squares.then(|| Pattern::LayerNorm {
+                    x: sub.input[0].clone(),
+                    eps: eps.clone(),
+                    means: [mi, vi],
+                })
             })();
             if let Some(p) = ln {
                 found.insert(i, p);
@@ -84,7 +90,8 @@ pub fn find(g: &GraphProto) -> BTreeMap<usize, Pattern> {
         }
         if is(n, "Transpose", 1) {
             let pe = (|| {
-                let (fi, f) = node(&n.input[0]).filter(|(_, f)| is(f, "Reshape", 2) || is(f, "Flatten", 1))?;
+                let (fi, f) =
+                    node(&n.input[0]).filter(|(_, f)| is(f, "Reshape", 2) || is(f, "Flatten", 1))?;
                 let (ci, c) = node(&f.input[0]).filter(|(_, c)| is(c, "Conv", 2))?;
                 let single = |name: &str| uses.get(name) == Some(&1);
                 (single(&c.output[0]) && single(&f.output[0])).then_some((ci, fi))
