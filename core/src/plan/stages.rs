@@ -95,6 +95,12 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
             continue;
         }
         if !grid_matmul(g, i) {
+            // A row chain is a sequence where each op reads the previous one's result; an op
+            // that does not (two outputs cast one after the other) starts a chain of its own.
+            let follows = chain.last().is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output));
+            if !follows {
+                stages.push(core::mem::take(&mut chain));
+            }
             chain.push(i);
             i += 1;
             continue;

@@ -25,10 +25,10 @@ pub enum Field {
 pub struct Emit {
     names: BTreeSet<String>,
     inputs: String,
-    params_text: String,
     ops: Vec<(String, Vec<(String, Field)>)>,
-    /// Param values in declaration order (f32 values; converted to the param's dtype by the build).
-    pub params: Vec<(String, HostTensor, i8)>,
+    /// Params in declaration order: name, dtype, scale, and f32 values (converted to the
+    /// param's dtype by the build).
+    pub params: Vec<(String, DType, i8, HostTensor)>,
     /// Ops emitted so far.
     pub op_count: usize,
 }
@@ -57,7 +57,6 @@ impl Emit {
         Emit {
             names: BTreeSet::new(),
             inputs: String::new(),
-            params_text: String::new(),
             ops: Vec::new(),
             params: Vec::new(),
             op_count: 0,
@@ -103,16 +102,7 @@ impl Emit {
         values: Vec<f32>,
     ) -> String {
         let name = self.fresh(base);
-        let scale_line = if scale != 0 { format!("scale = {scale}\n") } else { String::new() };
-        let _ = writeln!(
-            self.params_text,
-            "[params.{}]\ndtype = \"{}\"\nshape = {:?}\n{scale_line}safetensors = \"params.safetensors\"\nkey = {}\n",
-            quote(&name),
-            dtype.name(),
-            shape,
-            quote(&name)
-        );
-        self.params.push((name.clone(), HostTensor { dtype: DType::F32, shape, data: values }, scale));
+        self.params.push((name.clone(), dtype, scale, HostTensor { dtype: DType::F32, shape, data: values }));
         name
     }
 
@@ -152,15 +142,51 @@ impl Emit {
         out
     }
 
+    /// Drop the ops whose results nothing reads (a projection replaced by narrower ones when
+    /// part of it was selected, the matmul of a constant folded away) and the params only they
+    /// read.
+    pub fn prune(&mut self, outputs: &[String]) {
+        let mut live: BTreeSet<String> = outputs.iter().cloned().collect();
+        let mut keep = vec![false; self.ops.len()];
+        for (i, (_, fields)) in self.ops.iter().enumerate().rev() {
+            let out = fields.iter().find(|(k, _)| k == "output");
+            if !matches!(out, Some((_, Field::S(o))) if live.contains(o)) {
+                continue;
+            }
+            keep[i] = true;
+            for (k, v) in fields {
+                if let (true, Field::S(t)) = (matches!(k.as_str(), "a" | "b" | "input" | "gamma" | "beta"), v)
+                {
+                    live.insert(t.clone());
+                }
+            }
+        }
+        let mut k = keep.iter();
+        self.ops.retain(|_| *k.next().unwrap_or(&true));
+        self.params.retain(|p| live.contains(&p.0));
+    }
+
     /// The model file text.
     pub fn finish(&self, name: &str, outputs: &[String], header: &str) -> String {
         let outs: Vec<String> = outputs.iter().map(|o| quote(o)).collect();
+        let mut params = String::new();
+        for (name, dtype, scale, t) in &self.params {
+            let scale_line = if *scale != 0 { format!("scale = {scale}\n") } else { String::new() };
+            let _ = writeln!(
+                params,
+                "[params.{}]\ndtype = \"{}\"\nshape = {:?}\n{scale_line}safetensors = \"params.safetensors\"\nkey = {}\n",
+                quote(name),
+                dtype.name(),
+                t.shape,
+                quote(name)
+            );
+        }
         format!(
             "{header}name = {}\noutputs = [{}]\n\n{}{}{}",
             quote(name),
             outs.join(", "),
             self.inputs,
-            self.params_text,
+            params,
             self.ops_text()
         )
     }

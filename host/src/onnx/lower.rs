@@ -26,6 +26,31 @@ struct Run {
     t: String,
     shape: Vec<u64>,
     e: Rc<Expr>,
+    /// Set when the value is (a view of) a projection by a constant weight.
+    prov: Option<Rc<Prov>>,
+}
+
+/// A projection `alpha·x·w + bias` of a runtime `x` by a constant `w` (`[K, N]`), and for each
+/// element of the value that carries it, its flat index in the projection's output. When torch
+/// selects part of a projection (the packed K/V of `nn.MultiheadAttention`: reshape, transpose,
+/// squeeze, then `Gather`), the selected columns are projected on their own with the matching
+/// columns of `w`; the full projection is then dead and pruned.
+#[derive(Debug)]
+struct Prov {
+    x: Run,
+    w: Rc<Const>,
+    bias: Option<Rc<Const>>,
+    alpha: f64,
+    idx: Rc<Const>,
+}
+
+fn iota(shape: &[u64]) -> Const {
+    let n: u64 = shape.iter().product();
+    Const::i(shape.to_vec(), (0..n as i64).collect())
+}
+
+fn is_iota(c: &Const) -> bool {
+    matches!(&c.data, super::consts::Data::I(v) if v.iter().enumerate().all(|(k, x)| *x == k as i64))
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +78,17 @@ pub struct Lower<'a, 'b> {
     folded: BTreeMap<String, f64>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
+}
+
+/// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
+fn projection(a: &Val, b: &Val, alpha: f64, bias: Option<Rc<Const>>) -> Option<Prov> {
+    match (a, b) {
+        (Val::R(x), Val::C(w)) if *x.e == Expr::X && strip(&w.shape).len() == 2 => {
+            let w = Rc::new(w.reshaped(strip(&w.shape)));
+            Some(Prov { x: x.clone(), w, bias, alpha, idx: Rc::new(iota(&[0])) })
+        }
+        _ => None,
+    }
 }
 
 fn f16_param_values(c: &Const) -> Vec<f32> {
@@ -154,7 +190,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             } else {
                 t
             };
-            self.vals.insert(i.name.clone(), Val::R(Run { t, shape, e: Rc::new(Expr::X) }));
+            self.vals.insert(i.name.clone(), Val::R(Run { t, shape, e: Rc::new(Expr::X), prov: None }));
         }
         if let Some(n) = given.first() {
             return Err(format!(
@@ -174,6 +210,11 @@ impl<'a, 'b> Lower<'a, 'b> {
 
     /// The tensor of a runtime value, writing the ops its composition needs.
     fn tensor(&mut self, r: &Run, at: &str) -> Result<String, String> {
+        if r.t.is_empty() {
+            return Err(format!(
+                "{at}: reads an intermediate of a recognised pattern (only its shape can be read)"
+            ));
+        }
         match r.e.form() {
             Form::Identity => Ok(r.t.clone()),
             Form::GeluTanh | Form::GeluErf => {
@@ -266,12 +307,36 @@ impl<'a, 'b> Lower<'a, 'b> {
     }
 
     fn run(&mut self, node: &NodeProto, t: String, shape: Vec<u64>) {
-        self.define(node, 0, Val::R(Run { t, shape, e: Rc::new(Expr::X) }));
+        self.define(node, 0, Val::R(Run { t, shape, e: Rc::new(Expr::X), prov: None }));
     }
 
     fn out_name(&mut self, node: &NodeProto) -> String {
         let base = node.output.first().map(String::as_str).unwrap_or("t");
         self.emit.fresh(base)
+    }
+
+    /// A node inside a pattern lowered at a later node (a patch `Conv` and its flatten): its
+    /// output is given a shape only, for `Shape` nodes that read it; any other use is refused.
+    pub fn placeholder(&mut self, node: &NodeProto) {
+        let shape_of = |v: Option<&Val>| match v {
+            Some(Val::R(r)) => Some(r.shape.clone()),
+            Some(Val::C(c)) => Some(c.shape.clone()),
+            None => None,
+        };
+        let x = shape_of(node.input.first().and_then(|n| self.vals.get(n)));
+        let shape = match (node.op_type.as_str(), x) {
+            ("Conv", Some(x)) => match shape_of(node.input.get(1).and_then(|n| self.vals.get(n))) {
+                Some(w) if x.len() == 4 && w.len() == 4 && w[2] > 0 && w[3] > 0 => {
+                    Some(vec![x[0], w[0], x[2] / w[2], x[3] / w[3]])
+                }
+                _ => None,
+            },
+            (_, Some(x)) if x.len() == 4 => Some(vec![x[0], x[1], x[2] * x[3]]),
+            _ => None,
+        };
+        if let Some(shape) = shape {
+            self.define(node, 0, Val::R(Run { t: String::new(), shape, e: Rc::new(Expr::X), prov: None }));
+        }
     }
 
     /// Lower one node.
@@ -606,8 +671,10 @@ impl<'a, 'b> Lower<'a, 'b> {
                 let (a, b) = (ins[0].clone().unwrap(), ins.get(1).cloned().flatten().ok_or(format!("{at}: one input"))?);
                 let out = self.out_name(node);
                 let single = self.uses.get(&node.output[0]) == Some(&1);
+                let prov = projection(&a, &b, 1.0, None);
                 let (t, shape) = self.matmul(a, b, 1.0, &out, single, at)?;
-                self.run(node, t, shape);
+                let prov = prov.map(|p| Rc::new(Prov { idx: Rc::new(iota(&shape)), ..p }));
+                self.define(node, 0, Val::R(Run { t, shape, e: Rc::new(Expr::X), prov }));
             }
             "Gemm" => {
                 let (a, b) = (ins[0].clone().unwrap(), ins.get(1).cloned().flatten().ok_or(format!("{at}: one input"))?);
@@ -716,13 +783,34 @@ impl<'a, 'b> Lower<'a, 'b> {
             "Gather" | "Slice" | "Expand" => {
                 let r = need_r0()?;
                 let same = self.selects_everything(op, attrs, &r.shape, consts).map_err(|e| format!("{at}: {e}"))?;
-                match same {
-                    Some(shape) => self.view(node, r, "reshape", shape, None, at)?,
-                    None => {
+                match (same, &r.prov) {
+                    (Some(shape), _) => self.view(node, r, "reshape", shape, None, at)?,
+                    (None, Some(p)) if *r.e == Expr::X && op != "Expand" => {
+                        let mut cs = consts.to_vec();
+                        cs[0] = Some(p.idx.clone());
+                        let idx = self.fold(node, attrs, &cs).map_err(|e| format!("{at}: {e}"))?.remove(0);
+                        let v = self.select(node, 0, p.clone(), idx, at)?;
+                        self.define(node, 0, v);
+                    }
+                    (None, _) => {
                         return Err(format!(
-                            "{at}: selecting part of a computed tensor is not supported (only a whole axis, or an axis of size 1)"
+                            "{at}: selecting part of a computed tensor is supported for an axis of size 1, a whole \
+                             axis, or columns of a projection by constant weights"
                         ))
                     }
+                }
+            }
+            "Split" => {
+                let r = need_r0()?;
+                let p = r.prov.clone().filter(|_| *r.e == Expr::X).ok_or_else(|| {
+                    format!("{at}: Split of a computed tensor is supported for a projection by constant weights")
+                })?;
+                let mut cs = consts.to_vec();
+                cs[0] = Some(p.idx.clone());
+                let parts = self.fold(node, attrs, &cs).map_err(|e| format!("{at}: {e}"))?;
+                for (k, idx) in parts.into_iter().enumerate() {
+                    let v = self.select(node, k, p.clone(), idx, at)?;
+                    self.define(node, k, v);
                 }
             }
             "Conv" => {
@@ -734,6 +822,50 @@ impl<'a, 'b> Lower<'a, 'b> {
             _ => return Err(format!("{at}: not supported on a computed tensor; supported ops: {SUPPORTED}")),
         }
         Ok(())
+    }
+
+    /// The part `idx` (flat indices into the projection's output, in the shape of the result)
+    /// of a projection: when it is whole rows of a subset of the columns, that subset projected
+    /// on its own and viewed in the result's shape.
+    fn select(
+        &mut self,
+        node: &NodeProto,
+        k: usize,
+        p: Rc<Prov>,
+        idx: Const,
+        at: &str,
+    ) -> Result<Val, String> {
+        let n = p.w.shape[1] as usize;
+        let rows = p.x.shape.iter().product::<u64>() as usize / (p.w.shape[0] as usize).max(1);
+        let picked = idx.as_i64()?;
+        let width = if rows == 0 { 0 } else { picked.len() / rows };
+        let cols: Vec<usize> = picked.iter().take(width).map(|i| *i as usize % n.max(1)).collect();
+        let whole_rows = width > 0
+            && width * rows == picked.len()
+            && picked.iter().enumerate().all(|(j, i)| *i as usize == (j / width) * n + cols[j % width]);
+        if !whole_rows {
+            return Err(format!("{at}: this selection of a projection's output is not a set of its columns"));
+        }
+        let w = Rc::new(fold::slice_axis(&p.w, 1, &cols));
+        let bias = p.bias.as_ref().map(|b| Rc::new(fold::slice_axis(&b.reshaped(vec![n as u64]), 0, &cols)));
+        let base = node.output.get(k).cloned().unwrap_or_default();
+        let out = self.emit.fresh(&format!("{base}_proj"));
+        let (mut t, shape) = self.matmul(Val::R(p.x.clone()), Val::C(w.clone()), p.alpha, &out, false, at)?;
+        if let Some(b) = &bias {
+            let name = self.param(b, &format!("{base}_bias"), vec![cols.len() as u64]);
+            let o = self.emit.fresh(&format!("{base}_biased"));
+            self.binary("add", &t, &name, &o);
+            t = o;
+        }
+        let t = self.emit_view(&t, &shape, &idx.shape, None, &base)?;
+        let prov = Prov {
+            x: p.x.clone(),
+            w,
+            bias,
+            alpha: p.alpha,
+            idx: Rc::new(iota(&shape).reshaped(idx.shape.clone())),
+        };
+        Ok(Val::R(Run { t, shape: idx.shape.clone(), e: Rc::new(Expr::X), prov: Some(Rc::new(prov)) }))
     }
 
     /// `Gather`/`Slice`/`Expand` that keep every element: the output shape, else `None`.
@@ -809,7 +941,22 @@ impl<'a, 'b> Lower<'a, 'b> {
         let t =
             self.emit_view(&t, &r.shape, &shape, perm.as_deref(), &base).map_err(|e| format!("{at}: {e}"))?;
         let _ = kind;
-        self.define(node, 0, Val::R(Run { t, shape, e }));
+        let prov = match (&r.prov, *e == Expr::X) {
+            (Some(p), true) => Some(Rc::new(Prov {
+                x: p.x.clone(),
+                w: p.w.clone(),
+                bias: p.bias.clone(),
+                alpha: p.alpha,
+                idx: match &perm {
+                    Some(perm) => {
+                        Rc::new(fold::transpose(&p.idx, &perm.iter().map(|x| *x as i64).collect::<Vec<_>>())?)
+                    }
+                    None => Rc::new(p.idx.reshaped(shape.clone())),
+                },
+            })),
+            _ => None,
+        };
+        self.define(node, 0, Val::R(Run { t, shape, e, prov }));
         Ok(())
     }
 
@@ -920,7 +1067,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             } else {
                 Expr::Bin(op, term(&ins[0]), term(&ins[1]))
             };
-            self.define(node, 0, Val::R(Run { t: base.t.clone(), shape: base.shape.clone(), e: Rc::new(e) }));
+            self.define(
+                node,
+                0,
+                Val::R(Run { t: base.t.clone(), shape: base.shape.clone(), e: Rc::new(e), prov: None }),
+            );
             return Ok(());
         }
         if !matches!(op, "Add" | "Sub" | "Mul" | "Div") || ins.len() != 2 {
@@ -959,7 +1110,29 @@ impl<'a, 'b> Lower<'a, 'b> {
             _ => "mul",
         };
         self.binary(ours, &names[0], &names[1], &out);
-        self.run(node, out, shape);
+        // A bias added to a projection's output (either operand order) stays part of it.
+        let prov = match (op, &ins[0], &ins[1]) {
+            ("Add", Some(Val::R(r)), Some(Val::C(c))) | ("Add", Some(Val::C(c)), Some(Val::R(r))) => {
+                r.prov.as_ref().and_then(|p| {
+                    let n = p.w.shape[1];
+                    let per_column = c.len() as u64 == n
+                        && c.shape.last() == Some(&n)
+                        && shape == r.shape
+                        && is_iota(&p.idx);
+                    (per_column && p.bias.is_none() && *r.e == Expr::X).then(|| {
+                        Rc::new(Prov {
+                            x: p.x.clone(),
+                            w: p.w.clone(),
+                            bias: Some(c.clone()),
+                            alpha: p.alpha,
+                            idx: p.idx.clone(),
+                        })
+                    })
+                })
+            }
+            _ => None,
+        };
+        self.define(node, 0, Val::R(Run { t: out, shape, e: Rc::new(Expr::X), prov }));
         Ok(())
     }
 
@@ -1173,7 +1346,7 @@ impl<'a, 'b> Lower<'a, 'b> {
         let patches =
             self.emit_view(&t6, &moved, &[n, hp * wp, c * k * k], None, &format!("{base}_reshape"))?;
         let wm = fold::transpose(&w.reshaped(vec![d, c * k * k]), &[])?;
-        let pr = Run { t: patches, shape: vec![n, hp * wp, c * k * k], e: Rc::new(Expr::X) };
+        let pr = Run { t: patches, shape: vec![n, hp * wp, c * k * k], e: Rc::new(Expr::X), prov: None };
         let out = self.emit.fresh(&format!("{}_mm", node.output[0]));
         let (mut y, shape) = self.matmul(Val::R(pr), Val::C(Rc::new(wm)), 1.0, &out, false, at)?;
         if let Some(b) = bias {
@@ -1245,8 +1418,13 @@ impl<'a, 'b> Lower<'a, 'b> {
             outs.push(o.name.clone());
         }
         let header = format!("# Imported from {} by ipu-codegen {}.\n", self.file, env!("CARGO_PKG_VERSION"));
+        self.emit.prune(&outs);
         let toml = self.emit.finish(name, &outs, &header);
-        let params = self.emit.params.drain(..).map(|(n, t, _)| (n, t)).collect();
+        let live: BTreeSet<&String> = self.emit.params.iter().map(|p| &p.0).collect();
+        self.scales.retain(|(n, _)| {
+            live.contains(n) || toml.contains(&format!("output = {}", super::emit::quote(n)))
+        });
+        let params = self.emit.params.drain(..).map(|(n, _, _, t)| (n, t)).collect();
         Ok((toml, params, self.scales))
     }
 }

@@ -105,8 +105,13 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported, String> {
     let needed = patterns::needed(graph, &found);
     let mut used = 0;
     for (i, node) in graph.node.iter().enumerate() {
-        if needed[i] && found.get(&i) != Some(&patterns::Pattern::Inside) {
-            used += 1;
+        if !needed[i] {
+            continue;
+        }
+        used += 1;
+        if found.get(&i) == Some(&patterns::Pattern::Inside) {
+            l.placeholder(node);
+        } else {
             l.node(graph, node, found.get(&i))?;
         }
     }

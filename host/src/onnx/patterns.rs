@@ -93,7 +93,16 @@ pub fn find(g: &GraphProto) -> BTreeMap<usize, Pattern> {
                 let (fi, f) =
                     node(&n.input[0]).filter(|(_, f)| is(f, "Reshape", 2) || is(f, "Flatten", 1))?;
                 let (ci, c) = node(&f.input[0]).filter(|(_, c)| is(c, "Conv", 2))?;
-                let single = |name: &str| uses.get(name) == Some(&1);
+                // Readers other than `Shape` (the legacy exporter reads the Conv's shape to
+                // compute the flatten target).
+                let single = |name: &str| {
+                    let shapes = g
+                        .node
+                        .iter()
+                        .filter(|m| m.op_type == "Shape" && m.input.first().map(String::as_str) == Some(name))
+                        .count();
+                    uses.get(name).map(|u| u - shapes) == Some(1)
+                };
                 (single(&c.output[0]) && single(&f.output[0])).then_some((ci, fi))
             })();
             if let Some((conv, flatten)) = pe {
