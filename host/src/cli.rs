@@ -85,6 +85,10 @@ enum Cmd {
         /// ONNX models: fix an input's symbolic dimensions, e.g. pixel_values=1,3,224,224 (repeatable).
         #[arg(long = "input-shape", value_name = "NAME=D0,D1,...")]
         input_shapes: Vec<String>,
+        /// ONNX models with --weights fp8: an input for the calibration run that picks the
+        /// activations' FP8 scales, NAME=FILE.npy (repeatable; default: generated as `run` does).
+        #[arg(long = "calibrate", value_name = "NAME=FILE.npy")]
+        calibrate: Vec<String>,
         /// ONNX models: also write the imported model (TOML) here, with its params in
         /// params.safetensors beside it: a model file `build` takes as it is.
         #[arg(long, value_name = "FILE.toml")]
@@ -513,6 +517,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             weights,
             input_shapes,
             emit_model,
+            calibrate,
             output,
             tiles,
             threads,
@@ -526,6 +531,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let bytes = std::fs::read(&model).map_err(|e| bad(format!("{}: {e}", model.display())))?;
             let onnx = ipu_host::onnx::looks_like_onnx(&bytes);
+            if !calibrate.is_empty() && weights.as_deref() != Some("fp8") {
+                return Err(bad("--calibrate chooses FP8 activation scales: it applies with --weights fp8"));
+            }
             if !onnx && (weights.is_some() || !input_shapes.is_empty() || emit_model.is_some()) {
                 return Err(bad(format!(
                     "{}: --weights, --input-shape and --emit-model apply to ONNX models; this is a model file in TOML",
@@ -537,6 +545,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 io.input_shapes = parse_input_shapes(&input_shapes)?;
                 if weights.as_deref() == Some("fp8") {
                     io.weights = ipu_host::onnx::Weights::Fp8;
+                    let files = parse_inputs(&calibrate)?;
+                    io.activation_ranges =
+                        ipu_host::onnx::calibrate::ranges(&model, &io, &files).map_err(bad)?;
                 }
                 let start = std::time::Instant::now();
                 let imp = ipu_host::onnx::import(&model, &io).map_err(bad)?;

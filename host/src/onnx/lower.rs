@@ -1188,7 +1188,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             ipu_core::graph::matmul_shape(&dt(DType::F16, &sa), &dt(DType::F16, &sb), false, false)
                 .ok_or_else(|| format!("{at}: shapes {sa:?} · {sb:?} do not multiply"))?;
         if fp8 {
-            let range = self.opts.activation_ranges.get(out).copied().unwrap_or(DEFAULT_ACTIVATION_RANGE);
+            // Twice the calibrated range: the FP8 model's activations differ from the f16 run's,
+            // and a value past the format's largest one becomes NaN. FP8 is floating point, so
+            // the headroom costs precision only at the bottom of the range.
+            let range =
+                self.opts.activation_ranges.get(out).map(|r| 2.0 * r).unwrap_or(DEFAULT_ACTIVATION_RANGE);
             let scale = fp8_scale(range);
             let cast = self.emit.fresh(&format!("{ta}_f8"));
             self.emit.op(
@@ -1432,8 +1436,8 @@ impl<'a, 'b> Lower<'a, 'b> {
 /// Activation range assumed for an FP8 matmul input without calibration.
 pub const DEFAULT_ACTIVATION_RANGE: f32 = 8.0;
 
-/// The power-of-two scale that maps `range` just inside E4M3's largest finite value (448 for
-/// the IEEE-like "F143" format: docs/target.md), so no value saturates.
+/// The smallest power-of-two scale that maps `range` inside E4M3's largest finite value
+/// (`Fp8Format::E4M3.max_value()`, docs/target.md), so no value saturates.
 pub fn fp8_scale(range: f32) -> i8 {
     let max = Fp8Format::E4M3.max_value();
     if !(range.is_finite() && range > 0.0) {

@@ -8,6 +8,7 @@
 //! folded ([`fold`]), scalar elementwise chains stay symbolic until used ([`expr`]), the rest
 //! becomes ops of the graph IR ([`emit`]).
 
+pub mod calibrate;
 pub mod consts;
 pub mod emit;
 pub mod expr;
