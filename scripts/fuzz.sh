@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of every untrusted-input format with cargo-fuzz (libFuzzer):
-# package reader, model parser (+planner), .npy reader, assembler, search state, profile reader.
+# package reader, model parser (+planner), .npy reader, assembler, search state, profile reader,
+# ONNX importer.
 # Usage: scripts/fuzz.sh SECONDS_PER_TARGET [JOBS]   (CPU time per target = SECONDS × JOBS)
 # Seeds come from the repository's own inputs; crashes land in fuzz/artifacts/<target>/.
 set -euo pipefail
@@ -11,7 +12,11 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 cargo build -p ipu-host >/dev/null
 exe=target/debug/ipu-codegen
 corpus=fuzz/corpus
-mkdir -p "$corpus"/{package,model,npy,asm,search_state,profile}
+mkdir -p "$corpus"/{package,model,npy,asm,search_state,profile,onnx}
+cp tests/data/onnx/siglip_tiny/legacy.onnx "$corpus/onnx/"
+if python3 -c 'import onnx, onnxruntime' 2>/dev/null; then
+  python3 scripts/onnx_models.py "$corpus/onnx-models" >/dev/null && cp "$corpus"/onnx-models/*.onnx "$corpus/onnx/"
+fi
 cp examples/*.toml "$corpus/model/"
 cp tests/programs/*.s "$corpus/asm/"
 for m in examples/*.toml; do
@@ -28,7 +33,7 @@ done
 "$exe" build examples/qk.toml -o "$corpus/package/qk-profiled.ipuexe" --tiles 4 --profile >/dev/null 2>&1
 "$exe" run "$corpus/package/qk-profiled.ipuexe" --profile "$corpus/profile/qk.capnp" >/dev/null 2>&1
 cd fuzz
-for t in ${TARGETS:-package model npy asm search_state profile}; do
+for t in ${TARGETS:-package model npy asm search_state profile onnx}; do
   log=$(mktemp)
   status=0
   cargo fuzz run "$t" -s none "corpus/$t" -- -max_total_time="$secs" -fork="$jobs" -rss_limit_mb=2048 -timeout=10 \

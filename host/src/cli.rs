@@ -240,10 +240,17 @@ docs/search.md); see examples/encoder_block/.
 
 PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale
 
+ONNX (docs/onnx.md): a .onnx file (told by content; external data beside it) is imported into the
+model format above: shape arithmetic folded, torch's compound ops recognised (tanh/erf GeLU, written-
+out LayerNorm, patch-embedding Conv, scales into alpha, packed in-projections split), initializers
+become params, outputs keep their ONNX names. --weights fp8 stores matmul weights as E4M3 with
+activation scales from a calibration run (--calibrate NAME=FILE.npy); --emit-model shows the result.
+
 EXAMPLES:
   ipu-codegen build examples/matmul.toml -o mm.ipuexe
   ipu-codegen build examples/attention.toml -o att.ipuexe --tiles 64 --json
-  ipu-codegen build examples/qk.toml -o qk.ipuexe --tiles 64 --profile --timings";
+  ipu-codegen build examples/qk.toml -o qk.ipuexe --tiles 64 --profile --timings
+  ipu-codegen build tests/data/onnx/siglip_tiny/dynamo.onnx -o sig.ipuexe --tiles 64 --weights fp8";
 
 const RUN_HELP: &str = "EXAMPLES:
   ipu-codegen run mm.ipuexe
@@ -308,13 +315,18 @@ fn num(x: f64) -> serde_json::Value {
 }
 
 fn parse_inputs(specs: &[String]) -> Result<BTreeMap<String, PathBuf>, Failure> {
+    parse_files("--input", specs)
+}
+
+/// `NAME=FILE.npy` values of `flag`, each name once.
+fn parse_files(flag: &str, specs: &[String]) -> Result<BTreeMap<String, PathBuf>, Failure> {
     let mut inputs = BTreeMap::new();
     for spec in specs {
         let (name, file) =
-            spec.split_once('=').ok_or_else(|| bad(format!("--input {spec}: expected NAME=FILE.npy")))?;
+            spec.split_once('=').ok_or_else(|| bad(format!("{flag} {spec}: expected NAME=FILE.npy")))?;
         if let Some(prev) = inputs.insert(name.to_string(), PathBuf::from(file)) {
             return Err(bad(format!(
-                "--input {name} is given twice ({} and {file}): give each input once",
+                "{flag} {name} is given twice ({} and {file}): give each once",
                 prev.display()
             )));
         }
@@ -545,7 +557,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 io.input_shapes = parse_input_shapes(&input_shapes)?;
                 if weights.as_deref() == Some("fp8") {
                     io.weights = ipu_host::onnx::Weights::Fp8;
-                    let files = parse_inputs(&calibrate)?;
+                    let files = parse_files("--calibrate", &calibrate)?;
                     io.activation_ranges =
                         ipu_host::onnx::calibrate::ranges(&model, &io, &files).map_err(bad)?;
                 }

@@ -43,3 +43,10 @@ pub fn search_state(data: &[u8]) -> bool {
 pub fn profile(data: &[u8]) -> bool {
     crate::profile::Profile::from_capnp(data).is_ok()
 }
+
+/// The ONNX importer (protobuf decoding, constant folding, lowering); external data is looked
+/// up in a directory that does not exist, so a hostile `location` reaches no file.
+pub fn onnx(data: &[u8]) -> bool {
+    let dir = std::path::Path::new("/nonexistent/ipu-codegen-fuzz");
+    crate::onnx::import_bytes(data.to_vec(), "fuzz.onnx", dir, &crate::onnx::ImportOptions::new()).is_ok()
+}

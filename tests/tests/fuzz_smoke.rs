@@ -207,3 +207,98 @@ fn asm_fuzzer_findings_are_refused() {
     assert_eq!(e.to_string(), "line 2: address 0x200004 outside the 21-bit tile address space");
     assert!(ipu_host::program::TileProgram::from_asm(".org 0x-1\n").is_err());
 }
+
+/// A small model in the forms torch writes (weights, bias, shape arithmetic, heads, scaled
+/// scores, softmax, a tanh GeLU), encoded with the importer's own protobuf messages.
+fn onnx_seed() -> Vec<u8> {
+    use ipu_host::onnx::proto::*;
+    use prost::Message;
+    let value = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TensorTypeProto {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|d| Dimension { dim_value: Some(*d), dim_param: None }).collect(),
+                }),
+            }),
+        }),
+    };
+    let floats = |name: &str, dims: &[i64], v: f32| TensorProto {
+        dims: dims.to_vec(),
+        data_type: 1,
+        float_data: vec![v; dims.iter().product::<i64>() as usize],
+        name: name.into(),
+        ..Default::default()
+    };
+    let ints = |name: &str, v: &[i64]| TensorProto {
+        dims: vec![v.len() as i64],
+        data_type: 7,
+        int64_data: v.to_vec(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let node = |op: &str, i: &[&str], o: &str, attrs: Vec<AttributeProto>| NodeProto {
+        input: i.iter().map(|s| s.to_string()).collect(),
+        output: vec![o.into()],
+        name: format!("n_{o}"),
+        op_type: op.into(),
+        attribute: attrs,
+        ..Default::default()
+    };
+    let perm = |p: &[i64]| {
+        vec![AttributeProto { name: "perm".into(), r#type: 7, ints: p.to_vec(), ..Default::default() }]
+    };
+    let graph = GraphProto {
+        node: vec![
+            node("MatMul", &["x", "w"], "m", vec![]),
+            node("Add", &["m", "b"], "a", vec![]),
+            node("Shape", &["a"], "s", vec![]),
+            node("Gather", &["s", "zero"], "batch", vec![]),
+            node("Unsqueeze", &["batch", "zero1"], "batch1", vec![]),
+            node(
+                "Concat",
+                &["batch1", "rest"],
+                "target",
+                vec![AttributeProto { name: "axis".into(), r#type: 2, ..Default::default() }],
+            ),
+            node("Reshape", &["a", "target"], "r", vec![]),
+            node("Transpose", &["r"], "q", perm(&[0, 2, 1, 3])),
+            node("Transpose", &["r"], "k", perm(&[0, 2, 3, 1])),
+            node("MatMul", &["q", "k"], "sc", vec![]),
+            node("Mul", &["sc", "half"], "ss", vec![]),
+            node("Softmax", &["ss"], "y", vec![]),
+            node("Tanh", &["a"], "t", vec![]),
+            node("Add", &["t", "half"], "z", vec![]),
+        ],
+        name: "seed".into(),
+        initializer: vec![
+            floats("w", &[8, 8], 0.25),
+            floats("b", &[8], 0.5),
+            floats("half", &[], 0.5),
+            TensorProto {
+                dims: vec![],
+                data_type: 7,
+                int64_data: vec![0],
+                name: "zero".into(),
+                ..Default::default()
+            },
+            ints("zero1", &[0]),
+            ints("rest", &[4, 2, 4]),
+        ],
+        input: vec![value("x", &[1, 4, 8])],
+        output: vec![value("y", &[1, 2, 4, 4]), value("a", &[1, 4, 8])],
+    };
+    let model = ModelProto {
+        ir_version: 9,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 18 }],
+        producer_name: "fuzz seed".into(),
+        graph: Some(graph),
+    };
+    model.encode_to_vec()
+}
+
+#[test]
+fn onnx_importer() {
+    run("onnx", fuzz::onnx, &[onnx_seed()], 3000);
+}

@@ -51,6 +51,12 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+impl Default for Emit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Emit {
     /// An empty model.
     pub fn new() -> Emit {

@@ -39,6 +39,21 @@ impl Attrs<'_> {
     }
 }
 
+/// Largest constant the folder makes (elements): far above any weight of the models in view
+/// (So400m's largest is 5 M), and a bound on what a small hostile file can make it allocate
+/// through `ConstantOfShape`, `Expand`, `Tile`, `Range` or broadcasting.
+pub const FOLD_MAX: u64 = 1 << 25;
+
+/// Elements of a shape the folder is about to fill, refused past [`FOLD_MAX`].
+pub fn fold_elements(shape: &[u64]) -> Result<usize, String> {
+    shape
+        .iter()
+        .try_fold(1u64, |a, d| a.checked_mul(*d))
+        .filter(|n| *n <= FOLD_MAX)
+        .map(|n| n as usize)
+        .ok_or_else(|| format!("a constant of shape {shape:?} is larger than the {FOLD_MAX} elements folded"))
+}
+
 /// An axis in `-rank..rank` made non-negative.
 pub fn axis(a: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
@@ -51,7 +66,7 @@ pub fn axis(a: i64, rank: usize) -> Result<usize, String> {
 
 /// For each element of `out`, the flat index of the element of `input` it broadcasts from.
 pub fn broadcast_index(out: &[u64], input: &[u64]) -> Result<Vec<usize>, String> {
-    let n = elements(out)?;
+    let n = fold_elements(out)?;
     let (os, is) = (strides(out), strides(input));
     let lead = out.len() - input.len();
     let mut idx = Vec::with_capacity(n);
@@ -265,7 +280,7 @@ pub fn concat(parts: &[&Const], ax: i64) -> Result<Const, String> {
 /// The output shape of `Reshape` (`0` copies the input's size unless `allowzero`, one `-1` is
 /// inferred).
 pub fn reshape_shape(input: &[u64], spec: &[i64], allowzero: bool) -> Result<Vec<u64>, String> {
-    let total: u64 = input.iter().product();
+    let total = elements(input)? as u64;
     let mut out = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (k, &s) in spec.iter().enumerate() {
@@ -280,13 +295,13 @@ pub fn reshape_shape(input: &[u64], spec: &[i64], allowzero: bool) -> Result<Vec
         }
     }
     if let Some(k) = infer {
-        let known: u64 = out.iter().product();
-        if known == 0 || total % known != 0 {
+        let known = out.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).unwrap_or(0);
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(format!("cannot infer -1 in {spec:?} for {total} elements"));
         }
         out[k] = total / known;
     }
-    if out.iter().product::<u64>() != total {
+    if out.iter().try_fold(1u64, |a, d| a.checked_mul(*d)) != Some(total) {
         return Err(format!("shape {spec:?} does not hold the {total} elements of {input:?}"));
     }
     Ok(out)
@@ -300,6 +315,7 @@ pub fn matmul(a: &Const, b: &Const) -> Result<Const, String> {
     }
     let (k, n) = (b.shape[0] as usize, b.shape[1] as usize);
     let m = a.len() / k.max(1);
+    fold_elements(&[m as u64, n as u64])?;
     let (x, y) = (a.as_f32(), b.as_f32());
     let mut out = vec![0f32; m * n];
     for i in 0..m {

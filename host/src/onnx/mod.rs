@@ -79,10 +79,21 @@ pub fn looks_like_onnx(bytes: &[u8]) -> bool {
     bytes.first() == Some(&0x08)
 }
 
-/// Import `path`.
+/// Import `path` (external data is looked up beside it).
 pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported, String> {
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| format!("{file}: {e}"))?;
+    import_bytes(bytes, &file, path.parent().unwrap_or(Path::new(".")), opts)
+}
+
+/// Import a model's bytes; `file` names it in messages, external data is looked up in `dir`.
+pub fn import_bytes(
+    bytes: Vec<u8>,
+    file: &str,
+    dir: &Path,
+    opts: &ImportOptions,
+) -> Result<Imported, String> {
+    let file = file.to_string();
     let model = proto::ModelProto::decode(bytes::Bytes::from(bytes))
         .map_err(|e| format!("{file}: not a valid ONNX model (protobuf: {e})"))?;
     let graph = model.graph.as_ref().ok_or_else(|| format!("{file}: the model has no graph"))?;
@@ -92,7 +103,6 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<Imported, String> {
         .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
         .map(|o| o.version)
         .ok_or_else(|| format!("{file}: the model imports no version of the default ONNX opset"))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
     let mut ext = consts::External { dir, maps: BTreeMap::new() };
     let mut init = BTreeMap::new();
     for t in &graph.initializer {

@@ -1,0 +1,556 @@
+//! Lowering ONNX nodes, in file order, onto the graph IR (docs/onnx.md "Steps"): the state, the
+//! node dispatch and the outputs here; folding, computed ops, views and matmuls in submodules.
+
+mod fold_node;
+mod ops;
+mod runtime;
+mod views;
+
+use crate::onnx::consts::{Const, External};
+use crate::onnx::emit::{Emit, Field};
+use crate::onnx::expr::{Expr, Form};
+use crate::onnx::fold::{self, Attrs};
+use crate::onnx::patterns::Pattern;
+use crate::onnx::proto::{data_type, GraphProto, NodeProto};
+use crate::onnx::{ImportOptions, Weights};
+use crate::reference::HostTensor;
+use ipu_core::fp8::Fp8Format;
+use ipu_schema::DType;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// The ops the importer takes, for refusals.
+pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kernel, no padding), Add, Sub, Mul, Div, \
+Pow, Sqrt, Erf, Tanh, Exp, Neg, Abs, Reciprocal (as scalings, the tanh/erf GeLU and a decomposed LayerNorm), Gelu, \
+LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast; \
+on constants and shapes also Shape, Gather, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
+Mod, Equal, Where, ReduceMean";
+
+/// The imported model: its text, its param values (f32), the FP8 scales chosen.
+pub type Finished = (String, BTreeMap<String, HostTensor>, Vec<(String, i8)>);
+
+/// A runtime value: `e(t)` elementwise, where `t` is a tensor of the model being written.
+#[derive(Clone, Debug)]
+struct Run {
+    t: String,
+    shape: Vec<u64>,
+    e: Rc<Expr>,
+    /// Set when the value is (a view of) a projection by a constant weight.
+    prov: Option<Rc<Prov>>,
+}
+
+/// A projection `alpha·x·w + bias` of a runtime `x` by a constant `w` (`[K, N]`), and for each
+/// element of the value that carries it, its flat index in the projection's output. When torch
+/// selects part of a projection (the packed K/V of `nn.MultiheadAttention`: reshape, transpose,
+/// squeeze, then `Gather`), the selected columns are projected on their own with the matching
+/// columns of `w`; the full projection is then dead and pruned.
+#[derive(Debug)]
+struct Prov {
+    x: Run,
+    w: Rc<Const>,
+    bias: Option<Rc<Const>>,
+    alpha: f64,
+    idx: Rc<Const>,
+}
+
+/// `0, 1, …` in `shape` (callers check the size with [`fold::fold_elements`]).
+fn iota(shape: &[u64]) -> Const {
+    let n = fold::fold_elements(shape).unwrap_or(0);
+    Const::i(shape.to_vec(), (0..n as i64).collect())
+}
+
+fn is_iota(c: &Const) -> bool {
+    matches!(&c.data, crate::onnx::consts::Data::I(v) if v.iter().enumerate().all(|(k, x)| *x == k as i64))
+}
+
+#[derive(Clone, Debug)]
+enum Val {
+    C(Rc<Const>),
+    R(Run),
+}
+
+/// The lowering state.
+pub struct Lower<'a, 'b> {
+    file: &'a str,
+    opset: i64,
+    opts: &'a ImportOptions,
+    vals: BTreeMap<String, Val>,
+    emit: Emit,
+    ext: &'a mut External<'b>,
+    /// Params made from constants, by the constant's address; the `Rc` is kept so that no later
+    /// constant can be allocated at the same address while the map lives.
+    params_of: BTreeMap<(usize, bool), (Rc<Const>, String)>,
+    scales: Vec<(String, i8)>,
+    /// Matmuls emitted, by output tensor: op index, alpha, and whether the ONNX value has one
+    /// reader (then a scaling applied after it folds into its `alpha`).
+    matmuls: BTreeMap<String, (usize, f64, bool)>,
+    /// Scalings folded into a matmul's alpha after it was written, by tensor.
+    folded: BTreeMap<String, f64>,
+    /// Readers of each ONNX value.
+    uses: BTreeMap<String, usize>,
+}
+
+/// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
+fn projection(a: &Val, b: &Val, alpha: f64, bias: Option<Rc<Const>>) -> Option<Prov> {
+    match (a, b) {
+        (Val::R(x), Val::C(w)) if *x.e == Expr::X && strip(&w.shape).len() == 2 => {
+            let w = Rc::new(w.reshaped(strip(&w.shape)));
+            Some(Prov { x: x.clone(), w, bias, alpha, idx: Rc::new(iota(&[0])) })
+        }
+        _ => None,
+    }
+}
+
+fn f16_param_values(c: &Const) -> Vec<f32> {
+    c.as_f32()
+}
+
+impl<'a, 'b> Lower<'a, 'b> {
+    /// Start with the initializers as constants.
+    pub fn new(
+        file: &'a str,
+        opset: i64,
+        opts: &'a ImportOptions,
+        init: BTreeMap<String, Const>,
+        ext: &'a mut External<'b>,
+    ) -> Self {
+        let vals = init.into_iter().map(|(k, v)| (k, Val::C(Rc::new(v)))).collect();
+        Lower {
+            file,
+            opset,
+            opts,
+            vals,
+            emit: Emit::new(),
+            ext,
+            params_of: BTreeMap::new(),
+            scales: Vec::new(),
+            matmuls: BTreeMap::new(),
+            folded: BTreeMap::new(),
+            uses: BTreeMap::new(),
+        }
+    }
+
+    /// Declare the graph inputs (those that are not initializers).
+    pub fn inputs(&mut self, g: &GraphProto) -> Result<(), String> {
+        self.uses =
+            crate::onnx::patterns::consumers(g).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for o in &g.output {
+            self.emit.reserve(&o.name);
+        }
+        let mut given: BTreeSet<&String> = self.opts.input_shapes.keys().collect();
+        for i in &g.input {
+            if self.vals.contains_key(&i.name) {
+                continue;
+            }
+            given.remove(&i.name);
+            self.emit.reserve(&i.name);
+            let at = format!("{}: input `{}`", self.file, i.name);
+            let tt = i
+                .r#type
+                .as_ref()
+                .and_then(|t| t.tensor_type.as_ref())
+                .ok_or(format!("{at}: not a tensor"))?;
+            let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
+            let shape: Vec<u64> = match self.opts.input_shapes.get(&i.name) {
+                Some(s) => {
+                    if s.len() != dims.len() || dims.iter().zip(s).any(|(d, v)| d.dim_value.is_some_and(|x| x as u64 != *v)) {
+                        return Err(format!("{at}: --input-shape {s:?} does not match the file's {:?}", dim_text(dims)));
+                    }
+                    s.clone()
+                }
+                None => dims
+                    .iter()
+                    .map(|d| d.dim_value.filter(|v| *v > 0).map(|v| v as u64))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        format!(
+                            "{at}: shape {:?} is not fixed; give it with --input-shape {}=1,3,224,224 (the sizes you run)",
+                            dim_text(dims),
+                            i.name
+                        )
+                    })?,
+            };
+            crate::onnx::consts::elements(&shape).map_err(|e| format!("{at}: {e}"))?;
+            let t = match tt.elem_type {
+                data_type::FLOAT => {
+                    self.emit.input(&i.name, DType::F32, &shape);
+                    let t = self.emit.fresh(&format!("{}_f16", i.name));
+                    self.emit.op(
+                        "cast",
+                        &[
+                            ("input", Field::S(i.name.clone())),
+                            ("output", Field::S(t.clone())),
+                            ("dtype", s("f16")),
+                        ],
+                    );
+                    t
+                }
+                data_type::FLOAT16 => {
+                    self.emit.input(&i.name, DType::F16, &shape);
+                    i.name.clone()
+                }
+                other => {
+                    return Err(format!(
+                        "{at}: element type {} (inputs are FLOAT or FLOAT16)",
+                        data_type::name(other)
+                    ))
+                }
+            };
+            let held = strip(&shape);
+            let t = if held != shape {
+                self.write_view(&t, "reshape", &held, &format!("{}_held", i.name))
+            } else {
+                t
+            };
+            self.vals.insert(i.name.clone(), Val::R(Run { t, shape, e: Rc::new(Expr::X), prov: None }));
+        }
+        if let Some(n) = given.first() {
+            return Err(format!(
+                "{}: --input-shape names `{n}`, which is not an input of the model",
+                self.file
+            ));
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str, at: &str) -> Result<Val, String> {
+        self.vals
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("{at}: input `{name}` is not defined before it is used"))
+    }
+
+    /// The tensor of a runtime value, writing the ops its composition needs.
+    fn tensor(&mut self, r: &Run, at: &str) -> Result<String, String> {
+        if r.t.is_empty() {
+            return Err(format!(
+                "{at}: reads an intermediate of a recognised pattern (only its shape can be read)"
+            ));
+        }
+        match r.e.form() {
+            Form::Identity => Ok(r.t.clone()),
+            Form::GeluTanh | Form::GeluErf => {
+                let approx = if r.e.form() == Form::GeluTanh { "tanh" } else { "none" };
+                let out = self.emit.fresh(&format!("{}_gelu", r.t));
+                self.emit.op(
+                    "gelu",
+                    &[
+                        ("input", Field::S(r.t.clone())),
+                        ("output", Field::S(out.clone())),
+                        ("dtype", s("f16")),
+                        ("approximate", s(approx)),
+                    ],
+                );
+                Ok(out)
+            }
+            Form::Affine(a, b) if b == 0.0 && self.fold_into_matmul(&r.t, a) => Ok(r.t.clone()),
+            Form::Affine(a, b) => {
+                let mut t = r.t.clone();
+                for (op, v, skip) in [("mul", a, 1.0), ("add", b, 0.0)] {
+                    if v == skip {
+                        continue;
+                    }
+                    let p = self.emit.param(&format!("{t}_{op}"), DType::F16, 0, vec![1], vec![v as f32]);
+                    let out = self.emit.fresh(&format!("{t}_{op}"));
+                    self.binary(op, &t, &p, &out);
+                    t = out;
+                }
+                Ok(t)
+            }
+            Form::Unknown => Err(format!(
+                "{at}: the elementwise composition {} of `{}` is not one the device has a kernel for \
+                 (recognised: scalings, shifts, the tanh and erf GeLU)",
+                r.e.text(),
+                r.t
+            )),
+        }
+    }
+
+    /// Scale the matmul that wrote `t` by `a` if nothing else reads its result unscaled (softmax
+    /// must read a matmul's output, so `softmax(q·kᵀ × c)` needs the `c` in `alpha`).
+    fn fold_into_matmul(&mut self, t: &str, a: f64) -> bool {
+        let Some(&(op, alpha, single)) = self.matmuls.get(t) else { return false };
+        match self.folded.get(t) {
+            Some(prev) => *prev == a,
+            None if single => {
+                self.emit.set_number(op, "alpha", alpha * a);
+                self.folded.insert(t.to_string(), a);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A runtime operand of a matmul: the tensor and the scalar factor that goes into `alpha`.
+    fn scaled(&mut self, r: &Run, at: &str) -> Result<(String, f64), String> {
+        match r.e.form() {
+            Form::Affine(a, 0.0) => Ok((r.t.clone(), a)),
+            _ => Ok((self.tensor(r, at)?, 1.0)),
+        }
+    }
+
+    fn binary(&mut self, op: &str, a: &str, b: &str, out: &str) {
+        self.emit.op(
+            op,
+            &[
+                ("a", Field::S(a.into())),
+                ("b", Field::S(b.into())),
+                ("output", Field::S(out.into())),
+                ("dtype", s("f16")),
+            ],
+        );
+    }
+
+    /// A constant as an f16 param (each constant once).
+    fn param(&mut self, c: &Rc<Const>, base: &str, shape: Vec<u64>) -> String {
+        let key = (Rc::as_ptr(c) as usize, false);
+        if let Some((_, n)) = self.params_of.get(&key) {
+            return n.clone();
+        }
+        let n = self.emit.param(base, DType::F16, 0, shape, f16_param_values(c));
+        self.params_of.insert(key, (c.clone(), n.clone()));
+        n
+    }
+
+    fn define(&mut self, node: &NodeProto, k: usize, v: Val) {
+        if let Some(name) = node.output.get(k) {
+            self.vals.insert(name.clone(), v);
+        }
+    }
+
+    fn run(&mut self, node: &NodeProto, t: String, shape: Vec<u64>) {
+        self.define(node, 0, Val::R(Run { t, shape, e: Rc::new(Expr::X), prov: None }));
+    }
+
+    fn out_name(&mut self, node: &NodeProto) -> String {
+        let base = node.output.first().map(String::as_str).unwrap_or("t");
+        self.emit.fresh(base)
+    }
+
+    /// A node inside a pattern lowered at a later node (a patch `Conv` and its flatten): its
+    /// output is given a shape only, for `Shape` nodes that read it; any other use is refused.
+    pub fn placeholder(&mut self, node: &NodeProto) {
+        let shape_of = |v: Option<&Val>| match v {
+            Some(Val::R(r)) => Some(r.shape.clone()),
+            Some(Val::C(c)) => Some(c.shape.clone()),
+            None => None,
+        };
+        let x = shape_of(node.input.first().and_then(|n| self.vals.get(n)));
+        let shape = match (node.op_type.as_str(), x) {
+            ("Conv", Some(x)) => match shape_of(node.input.get(1).and_then(|n| self.vals.get(n))) {
+                Some(w) if x.len() == 4 && w.len() == 4 && w[2] > 0 && w[3] > 0 => {
+                    Some(vec![x[0], w[0], x[2] / w[2], x[3] / w[3]])
+                }
+                _ => None,
+            },
+            (_, Some(x)) if x.len() == 4 => Some(vec![x[0], x[1], x[2] * x[3]]),
+            _ => None,
+        };
+        if let Some(shape) = shape {
+            self.define(node, 0, Val::R(Run { t: String::new(), shape, e: Rc::new(Expr::X), prov: None }));
+        }
+    }
+
+    /// Lower one node.
+    pub fn node(
+        &mut self,
+        g: &GraphProto,
+        node: &NodeProto,
+        pattern: Option<&Pattern>,
+    ) -> Result<(), String> {
+        let at = format!("{}: node `{}` ({}, opset {})", self.file, node.name, node.op_type, self.opset);
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return Err(format!(
+                "{at}: domain `{}` is not supported; supported ops: {SUPPORTED}",
+                node.domain
+            ));
+        }
+        match pattern {
+            Some(Pattern::LayerNorm { x, eps, means }) => {
+                return self.decomposed_layernorm(g, node, x, eps, means, &at)
+            }
+            Some(Pattern::PatchEmbed { conv, flatten }) => {
+                return self.patch_embed(&g.node[*conv], &g.node[*flatten], node, &at)
+            }
+            _ => {}
+        }
+        let attrs = Attrs(&node.attribute);
+        if node.op_type == "Constant" {
+            let c = constant(&attrs, self.ext).map_err(|e| format!("{at}: {e}"))?;
+            self.define(node, 0, Val::C(Rc::new(c)));
+            return Ok(());
+        }
+        let ins: Vec<Option<Val>> = node
+            .input
+            .iter()
+            .map(|n| if n.is_empty() { Ok(None) } else { self.get(n, &at).map(Some) })
+            .collect::<Result<_, _>>()?;
+        let consts: Vec<Option<Rc<Const>>> =
+            ins.iter().map(|v| if let Some(Val::C(c)) = v { Some(c.clone()) } else { None }).collect();
+        let all_const = ins.iter().all(|v| !matches!(v, Some(Val::R(_))));
+        if node.op_type == "Shape" {
+            let shape = match &ins.first() {
+                Some(Some(Val::R(r))) => r.shape.clone(),
+                Some(Some(Val::C(c))) => c.shape.clone(),
+                _ => return Err(format!("{at}: no input")),
+            };
+            let r = shape.len() as i64;
+            let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) } as usize;
+            let (a, b) = (clamp(attrs.int("start").unwrap_or(0)), clamp(attrs.int("end").unwrap_or(r)));
+            let dims: Vec<i64> = shape[a..b.max(a)].iter().map(|d| *d as i64).collect();
+            self.define(node, 0, Val::C(Rc::new(Const::i(vec![dims.len() as u64], dims))));
+            return Ok(());
+        }
+        if all_const {
+            let outs = self.fold(node, &attrs, &consts).map_err(|e| format!("{at}: {e}"))?;
+            for (k, c) in outs.into_iter().enumerate() {
+                self.define(node, k, Val::C(Rc::new(c)));
+            }
+            return Ok(());
+        }
+        self.runtime(node, &attrs, &ins, &consts, &at)?;
+        // Shapes come from the file: a computed tensor too large to count is refused here, before
+        // any later step multiplies its sizes (the model parser then bounds it by the chip).
+        for o in &node.output {
+            if let Some(Val::R(r)) = self.vals.get(o) {
+                crate::onnx::consts::elements(&r.shape).map_err(|e| format!("{at}: output `{o}`: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The graph outputs: each computed value cast to the output's element type under the ONNX
+    /// name. Returns the model text, the param values and the FP8 scales chosen.
+    pub fn finish(mut self, g: &GraphProto, name: &str) -> Result<Finished, String> {
+        let mut outs = Vec::new();
+        for o in &g.output {
+            let at = format!("{}: output `{}`", self.file, o.name);
+            let r = match self.vals.get(&o.name).cloned() {
+                Some(Val::R(r)) => r,
+                Some(Val::C(_)) => return Err(format!("{at}: a constant, not computed on the chip")),
+                None => return Err(format!("{at}: no node computes it")),
+            };
+            let t = self.tensor(&r, &at)?;
+            let elem = o
+                .r#type
+                .as_ref()
+                .and_then(|t| t.tensor_type.as_ref())
+                .map(|t| t.elem_type)
+                .unwrap_or(data_type::FLOAT);
+            if elem == data_type::FLOAT16 {
+                let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
+                self.emit.op(
+                    "reshape",
+                    &[
+                        ("input", Field::S(t)),
+                        ("shape", Field::Ints(shape)),
+                        ("output", Field::S(o.name.clone())),
+                        ("dtype", s("f16")),
+                    ],
+                );
+            } else if strip(&r.shape) == r.shape {
+                self.emit.op(
+                    "cast",
+                    &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))],
+                );
+            } else {
+                // Cast where the tensor is held, then view it in the ONNX shape under the ONNX name.
+                let wide = self.emit.fresh(&format!("{}_f32", o.name));
+                self.emit.op(
+                    "cast",
+                    &[("input", Field::S(t)), ("output", Field::S(wide.clone())), ("dtype", s("f32"))],
+                );
+                let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
+                self.emit.op(
+                    "reshape",
+                    &[
+                        ("input", Field::S(wide)),
+                        ("shape", Field::Ints(shape)),
+                        ("output", Field::S(o.name.clone())),
+                        ("dtype", s("f32")),
+                    ],
+                );
+            }
+            outs.push(o.name.clone());
+        }
+        let header = format!("# Imported from {} by ipu-codegen {}.\n", self.file, env!("CARGO_PKG_VERSION"));
+        self.emit.prune(&outs);
+        let toml = self.emit.finish(name, &outs, &header);
+        let live: BTreeSet<&String> = self.emit.params.iter().map(|p| &p.0).collect();
+        self.scales.retain(|(n, _)| {
+            live.contains(n) || toml.contains(&format!("output = {}", crate::onnx::emit::quote(n)))
+        });
+        let params = self.emit.params.drain(..).map(|(n, _, _, t)| (n, t)).collect();
+        Ok((toml, params, self.scales))
+    }
+}
+
+/// Activation range assumed for an FP8 matmul input without calibration.
+pub const DEFAULT_ACTIVATION_RANGE: f32 = 8.0;
+
+/// The smallest power-of-two scale that maps `range` inside E4M3's largest finite value
+/// (`Fp8Format::E4M3.max_value()`, docs/target.md), so no value saturates.
+pub fn fp8_scale(range: f32) -> i8 {
+    let max = Fp8Format::E4M3.max_value();
+    if !(range.is_finite() && range > 0.0) {
+        return 0;
+    }
+    ((range / max).log2().ceil() as i32).clamp(-32, 31) as i8
+}
+
+/// The shape a runtime tensor is held in: its ONNX shape without leading unit axes (a batch of
+/// one), keeping at least two axes. The matmul planners take rank-2 operands; broadcasting is
+/// unchanged by leading unit axes.
+fn strip(shape: &[u64]) -> Vec<u64> {
+    let lead = shape.iter().take(shape.len().saturating_sub(2)).take_while(|d| **d == 1).count();
+    shape[lead..].to_vec()
+}
+
+fn s(v: &str) -> Field {
+    Field::S(v.into())
+}
+
+fn dim_text(dims: &[crate::onnx::proto::Dimension]) -> Vec<String> {
+    dims.iter()
+        .map(|d| match (&d.dim_value, &d.dim_param) {
+            (Some(v), _) => v.to_string(),
+            (None, Some(p)) => p.clone(),
+            _ => "?".into(),
+        })
+        .collect()
+}
+
+/// The value of a `Constant` node.
+fn constant(a: &Attrs, ext: &mut External) -> Result<Const, String> {
+    if let Some(t) = a.tensor("value") {
+        return crate::onnx::consts::decode(t, ext);
+    }
+    if let Some(f) = a.0.iter().find(|x| x.name == "value_float") {
+        return Ok(Const::f(vec![], vec![f.f]));
+    }
+    if let Some(i) = a.0.iter().find(|x| x.name == "value_int") {
+        return Ok(Const::i(vec![], vec![i.i]));
+    }
+    if let Some(v) = a.0.iter().find(|x| x.name == "value_floats") {
+        return Ok(Const::f(vec![v.floats.len() as u64], v.floats.clone()));
+    }
+    if let Some(v) = a.ints("value_ints") {
+        return Ok(Const::i(vec![v.len() as u64], v));
+    }
+    Err("a Constant without a value of a supported kind".into())
+}
+
+trait NameOr {
+    fn name_or(&self, k: usize) -> String;
+}
+
+impl NameOr for NodeProto {
+    /// The node's name, or its k-th input's name if it has none.
+    fn name_or(&self, k: usize) -> String {
+        if self.name.is_empty() {
+            self.input.get(k).cloned().unwrap_or_default()
+        } else {
+            self.name.clone()
+        }
+    }
+}
