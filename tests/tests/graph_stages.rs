@@ -139,3 +139,25 @@ fn a_stage_that_does_not_fit_beside_the_earlier_ones_is_refused_with_tile_op_and
     // On 16 tiles it builds.
     assert!(build("room.toml", &src, &BuildOptions { threads: 1, ..BuildOptions::new(16) }).is_ok());
 }
+
+/// Two results cast for the host one after the other (what ONNX import writes for a model with
+/// two outputs): the second cast does not read the first, so the partition gives it a row chain
+/// of its own instead of a chain the row-chain planner refuses.
+#[test]
+fn independent_output_casts_are_stages_of_their_own() {
+    let src = [
+        "name = \"two_outputs\"\noutputs = [\"Y32\", \"Z32\"]\n".to_string(),
+        input("X", "[13, 24]"),
+        input("W", "[24, 40]"),
+        op("op = \"matmul\"\na = \"X\"\nb = \"W\"\noutput = \"Y\"\naccumulate = \"f16\""),
+        op("op = \"gelu\"\ninput = \"Y\"\noutput = \"Z\"\napproximate = \"none\""),
+        "[[ops]]\nop = \"cast\"\ninput = \"Y\"\noutput = \"Y32\"\ndtype = \"f32\"\n".to_string(),
+        "[[ops]]\nop = \"cast\"\ninput = \"Z\"\noutput = \"Z32\"\ndtype = \"f32\"\n".to_string(),
+    ]
+    .concat();
+    for tiles in [1, 64] {
+        let (out, _) = common::build_and_run(&src, tiles, None, 3, 2);
+        assert!(out.numerical_pass && out.max_abs_error == 0.0, "{tiles} tiles: {out:?}");
+        assert_eq!(out.compared_elements, 2 * 2 * 13 * 40, "both outputs, two inferences");
+    }
+}

@@ -95,9 +95,18 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
             continue;
         }
         if !grid_matmul(g, i) {
-            // A row chain is a sequence where each op reads the previous one's result; an op
-            // that does not (two outputs cast one after the other) starts a chain of its own.
-            let follows = chain.last().is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output));
+            // A row chain is a sequence where each op reads the previous one's result, beside
+            // casts of matmul side operands (`chain.rs`); an op that does neither (two outputs
+            // cast one after the other) starts a chain of its own.
+            let side_cast = |j: usize| {
+                matches!(g.ops[j].kind, OpKind::Cast { .. })
+                    && g.ops
+                        .iter()
+                        .any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[j].output))
+            };
+            let last = chain.iter().rev().find(|&&l| !side_cast(l));
+            let follows =
+                side_cast(i) || last.is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output));
             if !follows {
                 stages.push(core::mem::take(&mut chain));
             }
