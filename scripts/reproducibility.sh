@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds every example under variations of thread count, build directory, TZ, LC_ALL, umask and
+# Builds every example (and the ONNX fixtures) under variations of thread count, build directory, TZ, LC_ALL, umask and
 # SOURCE_DATE_EPOCH, and checks that each example's package has one SHA-256 across all of them.
 # Usage: scripts/reproducibility.sh [path/to/ipu-codegen]   (exit 1 on any difference)
 set -euo pipefail
@@ -10,16 +10,25 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
 printf '%-10s %-44s %s\n' example variation sha256
-for model in examples/*.toml examples/*/*.toml; do
-  name=$(basename "$model" .toml)
+for model in examples/*.toml examples/*/*.toml tests/data/onnx/siglip_tiny/*.onnx; do
+  ext=${model##*.}
+  name=$(basename "$model" ".$ext")
   hashes=()
   run() { # label, env assignments..., then a directory
     local label=$1 dir=$2; shift 2
     mkdir -p "$dir"
-    cp "$model" "$dir/model.toml"
-    # Params are read from files next to the model.
+    cp "$model" "$dir/model.$ext"
+    # Params are read from files next to the model (an ONNX model's external data likewise).
     cp "$(dirname "$model")"/*.npy "$dir/" 2>/dev/null || true
-    (cd "$dir" && env "$@" "$exe" build model.toml -o out.ipuexe --tiles 64 >/dev/null 2>&1)
+    if [ -e "$model.data" ]; then cp "$model.data" "$dir/$(basename "$model").data"; fi
+    if [ "$ext" = onnx ]; then
+      # The external data file keeps its name; the model file keeps its own (it is named in the
+      # imported model's header).
+      cp "$model" "$dir/$(basename "$model")"
+      (cd "$dir" && env "$@" "$exe" build "$(basename "$model")" -o out.ipuexe --tiles 64 >/dev/null 2>&1)
+    else
+      (cd "$dir" && env "$@" "$exe" build model.toml -o out.ipuexe --tiles 64 >/dev/null 2>&1)
+    fi
     local h; h=$(sha256sum "$dir/out.ipuexe" | cut -d' ' -f1)
     printf '%-10s %-44s %s\n' "$name" "$label" "$h"
     hashes+=("$h")

@@ -22,20 +22,7 @@ fn repo() -> PathBuf {
 }
 
 fn python() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import numpy, ml_dtypes"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var("IPU_CODEGEN_REQUIRE_TOOLS").is_err(),
-            "python3 with numpy and ml_dtypes is required (IPU_CODEGEN_REQUIRE_TOOLS)"
-        );
-        eprintln!("skipped: python3 with numpy and ml_dtypes not installed");
-    }
-    found
+    common::python_with("numpy, ml_dtypes")
 }
 
 /// Build the block in `dir` for `tiles`, run it once with saved inputs and outputs, require the

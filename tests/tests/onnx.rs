@@ -20,27 +20,14 @@ use ipu_host::session::{run, RunOptions};
 use prost::Message;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn python_onnx() -> bool {
-    let found = Command::new("python3")
-        .args(["-c", "import numpy, onnx, onnxruntime"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var("IPU_CODEGEN_REQUIRE_TOOLS").is_err(),
-            "python3 with numpy, onnx and onnxruntime is required (IPU_CODEGEN_REQUIRE_TOOLS)"
-        );
-        eprintln!("skipped: python3 with onnx and onnxruntime not installed");
-    }
-    found
+    common::python_with("numpy, onnx, onnxruntime")
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {

@@ -33,12 +33,12 @@ const MAX_ELEMENTS: u64 = 1 << 31;
 
 /// Elements of a shape, refused past [`MAX_ELEMENTS`].
 pub fn elements(shape: &[u64]) -> Result<usize, String> {
-    shape
-        .iter()
-        .try_fold(1u64, |a, d| a.checked_mul(*d))
-        .filter(|n| *n <= MAX_ELEMENTS)
-        .map(|n| n as usize)
-        .ok_or_else(|| format!("shape {shape:?} has too many elements"))
+    elements_at_most(shape, MAX_ELEMENTS).ok_or_else(|| format!("shape {shape:?} has too many elements"))
+}
+
+/// Elements of a shape if they number at most `max` (no overflow on the way).
+pub fn elements_at_most(shape: &[u64], max: u64) -> Option<usize> {
+    shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).filter(|n| *n <= max).map(|n| n as usize)
 }
 
 impl Const {

@@ -46,11 +46,7 @@ pub const FOLD_MAX: u64 = 1 << 25;
 
 /// Elements of a shape the folder is about to fill, refused past [`FOLD_MAX`].
 pub fn fold_elements(shape: &[u64]) -> Result<usize, String> {
-    shape
-        .iter()
-        .try_fold(1u64, |a, d| a.checked_mul(*d))
-        .filter(|n| *n <= FOLD_MAX)
-        .map(|n| n as usize)
+    super::consts::elements_at_most(shape, FOLD_MAX)
         .ok_or_else(|| format!("a constant of shape {shape:?} is larger than the {FOLD_MAX} elements folded"))
 }
 

@@ -40,6 +40,25 @@ pub fn read_u16s(dev: &mut SimDevice, tile: u16, addr: u32, n: usize) -> Vec<u16
     read(dev, tile, addr, 2 * n).chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
 }
 
+/// Whether `python3` can import `modules` (comma-separated). Absent, the caller skips its Python
+/// check with a message, unless `IPU_CODEGEN_REQUIRE_TOOLS=1` (set by `.ci/run`), which fails.
+pub fn python_with(modules: &str) -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("IPU_CODEGEN_REQUIRE_TOOLS").is_err(),
+            "python3 with {modules} is required (IPU_CODEGEN_REQUIRE_TOOLS)"
+        );
+        eprintln!("skipped: python3 with {modules} not installed");
+    }
+    found
+}
+
 /// A small deterministic generator (xorshift64), so tests reproduce.
 pub struct Rng(pub u64);
 impl Rng {

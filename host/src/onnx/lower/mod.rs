@@ -437,43 +437,42 @@ impl<'a, 'b> Lower<'a, 'b> {
                 .and_then(|t| t.tensor_type.as_ref())
                 .map(|t| t.elem_type)
                 .unwrap_or(data_type::FLOAT);
-            if elem == data_type::FLOAT16 {
-                let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
-                self.emit.op(
-                    "reshape",
-                    &[
-                        ("input", Field::S(t)),
-                        ("shape", Field::Ints(shape)),
-                        ("output", Field::S(o.name.clone())),
-                        ("dtype", s("f16")),
-                    ],
-                );
-            } else if strip(&r.shape) == r.shape {
-                self.emit.op(
-                    "cast",
-                    &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))],
-                );
-            } else {
-                // Cast where the tensor is held, then view it in the ONNX shape under the ONNX name.
-                let wide = self.emit.fresh(&format!("{}_f32", o.name));
-                self.emit.op(
-                    "cast",
-                    &[("input", Field::S(t)), ("output", Field::S(wide.clone())), ("dtype", s("f32"))],
-                );
-                let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
-                self.emit.op(
-                    "reshape",
-                    &[
-                        ("input", Field::S(wide)),
-                        ("shape", Field::Ints(shape)),
-                        ("output", Field::S(o.name.clone())),
-                        ("dtype", s("f32")),
-                    ],
-                );
-            }
+            // The ONNX dtype (a cast to f32 unless FLOAT16) under the ONNX name, viewed in the
+            // ONNX shape when the tensor is held without leading unit axes.
+            let (dtype, t) = match elem {
+                data_type::FLOAT16 => ("f16", t),
+                _ if strip(&r.shape) == r.shape => {
+                    self.emit.op(
+                        "cast",
+                        &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))],
+                    );
+                    outs.push(o.name.clone());
+                    continue;
+                }
+                _ => {
+                    let wide = self.emit.fresh(&format!("{}_f32", o.name));
+                    self.emit.op(
+                        "cast",
+                        &[("input", Field::S(t)), ("output", Field::S(wide.clone())), ("dtype", s("f32"))],
+                    );
+                    ("f32", wide)
+                }
+            };
+            let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
+            let fields =
+                [("input", Field::S(t)), ("shape", Field::Ints(shape)), ("output", Field::S(o.name.clone()))];
+            let mut fields = fields.to_vec();
+            fields.push(("dtype", s(dtype)));
+            self.emit.op("reshape", &fields);
             outs.push(o.name.clone());
         }
-        let header = format!("# Imported from {} by ipu-codegen {}.\n", self.file, env!("CARGO_PKG_VERSION"));
+        // The file's name only: the package must not depend on the directory it was built from.
+        let name_only = std::path::Path::new(self.file).file_name().map(|n| n.to_string_lossy().into_owned());
+        let header = format!(
+            "# Imported from {} by ipu-codegen {}.\n",
+            name_only.unwrap_or_default(),
+            env!("CARGO_PKG_VERSION")
+        );
         self.emit.prune(&outs);
         let toml = self.emit.finish(name, &outs, &header);
         let live: BTreeSet<&String> = self.emit.params.iter().map(|p| &p.0).collect();
