@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=18)
     ap.add_argument("--attn", default="eager", help="transformers attn_implementation (eager or sdpa)")
+    ap.add_argument("--exporters", default="dynamo,legacy",
+                    help="which exporters to run (the legacy one inlines weights: at most 2 GB)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,9 +71,12 @@ def main():
     np.save(out / "ref.last_hidden_state.npy", last.numpy())
     np.save(out / "ref.pooler_output.npy", pooled.numpy())
     names = dict(input_names=["pixel_values"], output_names=["last_hidden_state", "pooler_output"])
-    torch.onnx.export(tower, (x,), str(out / "dynamo.onnx"), opset_version=a.opset, dynamo=True,
-                      external_data=True, **names)
-    torch.onnx.export(tower, (x,), str(out / "legacy.onnx"), opset_version=a.opset, dynamo=False, **names)
+    which = a.exporters.split(",")
+    if "dynamo" in which:
+        torch.onnx.export(tower, (x,), str(out / "dynamo.onnx"), opset_version=a.opset, dynamo=True,
+                          external_data=True, **names)
+    if "legacy" in which:
+        torch.onnx.export(tower, (x,), str(out / "legacy.onnx"), opset_version=a.opset, dynamo=False, **names)
     params = sum(p.numel() for p in model.parameters())
     print(f"wrote {out}: {params} params, last_hidden_state {tuple(last.shape)}, pooler_output {tuple(pooled.shape)}")
 

@@ -145,13 +145,20 @@ def patch(g, c=3, side=28, k=14, d=32):
     return [tensor(x, [1, c, side, side])], {"embeddings": g.ln(e, d)}
 
 
+def patch_crop(g):
+    # Sides that are not multiples of the kernel: the convolution drops the last pixels (as
+    # SigLIP So400m's 384-pixel image with 14-pixel patches does).
+    return patch(g, side=31, k=14, d=24)
+
+
 def gemm(g):
     x = "x"
     y = g.op("Gemm", [x, g.w([24, 40]), g.w([24], 0.5, "b")], transB=1, alpha=0.5)
     return [tensor(x, [6, 40])], {"y": y}
 
 
-MODELS = {"mlp": mlp, "layernorm": layernorm, "gelu": gelu, "attention": attention, "patch": patch, "gemm": gemm}
+MODELS = {"mlp": mlp, "layernorm": layernorm, "gelu": gelu, "attention": attention, "patch": patch,
+          "patch_crop": patch_crop, "gemm": gemm}
 EXTERNAL = {"attention"}
 
 

@@ -88,6 +88,8 @@ pub struct Lower<'a, 'b> {
     folded: BTreeMap<String, f64>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
+    /// Matmuls written now stay f16 whatever `--weights` says (the exact selections of a crop).
+    f16_only: bool,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -127,6 +129,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             matmuls: BTreeMap::new(),
             folded: BTreeMap::new(),
             uses: BTreeMap::new(),
+            f16_only: false,
         }
     }
 

@@ -15,7 +15,8 @@ impl Lower<'_, '_> {
         at: &str,
     ) -> Result<(String, Vec<u64>), String> {
         let mut alpha = alpha;
-        let fp8 = self.opts.weights == Weights::Fp8 && matches!((&a, &b), (Val::R(_), Val::C(_)));
+        let fp8 =
+            self.opts.weights == Weights::Fp8 && !self.f16_only && matches!((&a, &b), (Val::R(_), Val::C(_)));
         let mut side = |v: Val, which: usize, this: &mut Self| -> Result<(String, Vec<u64>), String> {
             match v {
                 Val::R(r) => {
@@ -149,6 +150,70 @@ impl Lower<'_, '_> {
         Ok(())
     }
 
+    /// The image `[N, C, H, W]` cut to `[N, C, h, w]`, the pixels a stride-k convolution reads
+    /// (`h`, `w`: whole patches; torch's 384-pixel SigLIP image with 14-pixel patches drops 6).
+    /// Each cut is a matmul by a 0/1 selection matrix (exact: one product by 1 per result), the
+    /// height cut between two last-axes transposes; always in f16.
+    fn crop_to_patches(
+        &mut self,
+        x: &Run,
+        h: u64,
+        w: u64,
+        base: &str,
+        at: &str,
+    ) -> Result<(String, Vec<u64>), String> {
+        let mut t = self.tensor(x, at)?;
+        let mut shape = x.shape.clone();
+        if shape[3] == w && shape[2] == h {
+            return Ok((t, shape));
+        }
+        let fp8 = std::mem::replace(&mut self.f16_only, true);
+        let result = (|| {
+            let select = |from: u64, to: u64| {
+                let mut v = vec![0f32; (from * to) as usize];
+                for i in 0..to as usize {
+                    v[i * to as usize + i] = 1.0;
+                }
+                Rc::new(Const::f(vec![from, to], v))
+            };
+            let swap = |s: &[u64]| vec![s[0], s[1], s[3], s[2]];
+            for (axis, keep) in [(3, w), (2, h)] {
+                if shape[axis] == keep {
+                    continue;
+                }
+                let transposed = axis == 2;
+                if transposed {
+                    t = self.emit_view(
+                        &t,
+                        &shape,
+                        &swap(&shape),
+                        Some(&[0, 1, 3, 2]),
+                        &format!("{base}_rows"),
+                    )?;
+                    shape = swap(&shape);
+                }
+                let run = Run { t: t.clone(), shape: shape.clone(), e: Rc::new(Expr::X), prov: None };
+                let out = self.emit.fresh(&format!("{base}_crop"));
+                let (c, s2) =
+                    self.matmul(Val::R(run), Val::C(select(shape[3], keep)), 1.0, &out, false, at)?;
+                (t, shape) = (c, s2);
+                if transposed {
+                    t = self.emit_view(
+                        &t,
+                        &shape,
+                        &swap(&shape),
+                        Some(&[0, 1, 3, 2]),
+                        &format!("{base}_cols"),
+                    )?;
+                    shape = swap(&shape);
+                }
+            }
+            Ok((t, shape))
+        })();
+        self.f16_only = fp8;
+        result
+    }
+
     pub(super) fn patch_embed(
         &mut self,
         conv: &NodeProto,
@@ -181,12 +246,12 @@ impl Lower<'_, '_> {
             || !ones("pads", 0)
             || !ones("dilations", 1)
             || catt.int("group").unwrap_or(1) != 1
-            || xs[2] % k != 0
-            || xs[3] % k != 0
+            || xs[2] < k
+            || xs[3] < k
         {
             return Err(format!(
                 "{at}: Conv is supported as a patch embedding: strides equal to the kernel ({k}), no padding, no dilation, \
-                 one group, and an image whose sides are multiples of the kernel"
+                 one group, and an image at least one kernel wide"
             ));
         }
         let (n, c, hp, wp, d) = (xs[0], xs[1], xs[2] / k, xs[3] / k, ws[0]);
@@ -207,10 +272,10 @@ impl Lower<'_, '_> {
         if fl_shape != [n, d, hp * wp] || perm != [0, 2, 1] {
             return Err(format!("{at}: the patch Conv's output is reshaped to {fl_shape:?} and transposed by {perm:?}; expected [N, C, patches] and [0, 2, 1]"));
         }
-        let t = self.tensor(&x, at)?;
         let base = conv.output[0].clone();
+        let (t, cropped) = self.crop_to_patches(&x, hp * k, wp * k, &base, at)?;
         let six = [n, c, hp, k, wp, k];
-        let r6 = self.emit_view(&t, xs, &six, None, &format!("{base}_reshape"))?;
+        let r6 = self.emit_view(&t, &cropped, &six, None, &format!("{base}_reshape"))?;
         let moved = [n, hp, wp, c, k, k];
         let t6 =
             self.emit_view(&r6, &six, &moved, Some(&[0, 2, 4, 1, 3, 5]), &format!("{base}_transpose"))?;
