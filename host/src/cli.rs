@@ -552,14 +552,27 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     model.display()
                 )));
             }
+            let mut param_hint: Option<u64> = None;
             let (src, given) = if onnx {
                 let mut io = ipu_host::onnx::ImportOptions::new();
                 io.input_shapes = parse_input_shapes(&input_shapes)?;
                 if weights.as_deref() == Some("fp8") {
                     io.weights = ipu_host::onnx::Weights::Fp8;
                     let files = parse_files("--calibrate", &calibrate)?;
-                    io.activation_ranges =
-                        ipu_host::onnx::calibrate::ranges(&model, &io, &files).map_err(bad)?;
+                    let max = ipu_host::onnx::calibrate::AUTO_CALIBRATION_MACS;
+                    let start = std::time::Instant::now();
+                    match ipu_host::onnx::calibrate::ranges(&model, &io, &files, max).map_err(bad)? {
+                        Some(r) => {
+                            let ms = start.elapsed().as_millis() as u64;
+                            tracing::info!(matmuls = r.len(), elapsed_ms = ms, "calibrated FP8 activation scales");
+                            io.activation_ranges = r;
+                        }
+                        None => tracing::warn!(
+                            "no calibration run (more than {max} multiply-accumulates for the host reference): \
+                             FP8 activations assume |x| < {}; give --calibrate NAME=FILE.npy to measure them",
+                            ipu_host::onnx::DEFAULT_ACTIVATION_RANGE
+                        ),
+                    }
                 }
                 let start = std::time::Instant::now();
                 let imp = ipu_host::onnx::import(&model, &io).map_err(bad)?;
@@ -579,6 +592,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     std::fs::write(path, &imp.toml).map_err(|e| bad(format!("{}: {e}", path.display())))?;
                     std::fs::write(&st_path, st).map_err(|e| bad(format!("{}: {e}", st_path.display())))?;
                 }
+                let f16_bytes: u64 = imp.params.values().map(|t| t.data.len() as u64 * 2).sum();
+                param_hint = (io.weights == ipu_host::onnx::Weights::F16).then_some(f16_bytes);
                 (imp.toml, Some(imp.params))
             } else {
                 (
@@ -601,7 +616,29 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 side_cast,
                 column_groups,
             };
-            let b = do_build(&model.display().to_string(), &src, given.as_ref(), &output, &opts)?;
+            // Planner messages point at a line of the model text: for an import, the text
+            // `--emit-model` writes.
+            let label = if onnx {
+                format!("{} [imported model, lines as --emit-model writes it]", model.display())
+            } else {
+                model.display().to_string()
+            };
+            let b = do_build(&label, &src, given.as_ref(), &output, &opts).map_err(|f| {
+                // An imported model refused for memory: say how much of the chip its f16 weights take.
+                let chip = (ipu_core::target::NUM_TILES * ipu_core::target::TILE_MEM_SIZE) as u64;
+                match param_hint {
+                    Some(bytes) if f.1.contains("tile memory") && bytes * 4 > chip => Failure(
+                        f.0,
+                        format!(
+                            "{}\nnote: the weights alone take {bytes} bytes in f16, {}% of the chip's {chip} bytes of \
+                             tile memory: try --weights fp8 (half the bytes)",
+                            f.1,
+                            bytes * 100 / chip
+                        ),
+                    ),
+                    _ => f,
+                }
+            })?;
             if timings {
                 for (phase, ms) in &b.timings {
                     term::err_line(&format!("phase {phase:<20} {ms:>6} ms"));

@@ -49,8 +49,9 @@ fn build_and_compare(
     let mut io = ImportOptions::new();
     io.weights = weights;
     if weights == Weights::Fp8 {
-        io.activation_ranges =
-            ipu_host::onnx::calibrate::ranges(model, &io, &BTreeMap::new()).expect("calibration");
+        io.activation_ranges = ipu_host::onnx::calibrate::ranges(model, &io, &BTreeMap::new(), u64::MAX)
+            .expect("calibration")
+            .expect("a run for any size");
     }
     let imp = import(model, &io).unwrap_or_else(|e| panic!("import: {e}"));
     let opts = BuildOptions { threads: 2, ..BuildOptions::new(tiles) };

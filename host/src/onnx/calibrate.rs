@@ -11,16 +11,25 @@ use ipu_schema::{Binding, Direction};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Multiply-accumulates of a calibration run above which, without `--calibrate` files, no run is
+/// made (the host reference does ~0.2 G MAC/s, issue #16): 2 G MACs, ~10 s.
+pub const AUTO_CALIBRATION_MACS: u64 = 2_000_000_000;
+
 /// Largest |activation| of each matmul that reads a computed tensor and a param, by the
-/// matmul's output tensor name (the same name in the FP8 import).
+/// matmul's output tensor name (the same name in the FP8 import). Without `given` files, a model
+/// of more than `max_macs` multiply-accumulates is not run: `Ok(None)`.
 pub fn ranges(
     path: &Path,
     opts: &ImportOptions,
     given: &BTreeMap<String, PathBuf>,
-) -> Result<BTreeMap<String, f32>, String> {
+    max_macs: u64,
+) -> Result<Option<BTreeMap<String, f32>>, String> {
     let f16 = ImportOptions { weights: Weights::F16, ..opts.clone() };
     let imp = import(path, &f16)?;
     let g = crate::model::parse("<calibration model>", &imp.toml).map_err(|e| e.to_string())?;
+    if given.is_empty() && macs(&g) > max_macs {
+        return Ok(None);
+    }
     let mut vals = crate::params::from_values(&g, &imp.params)?;
     for name in given.keys() {
         if !g.inputs.iter().any(|i| g.tensor(*i).name == *name) {
@@ -69,5 +78,20 @@ pub fn ranges(
             }
         }
     }
-    Ok(out)
+    Ok(Some(out))
+}
+
+/// Multiply-accumulates of the graph's matmuls.
+pub fn macs(g: &ipu_core::graph::Graph) -> u64 {
+    g.ops
+        .iter()
+        .filter_map(|op| match op.kind {
+            OpKind::MatMul { a, b, transpose_a, transpose_b, .. } => {
+                ipu_core::graph::matmul_shape(g.tensor(a), g.tensor(b), transpose_a, transpose_b).map(
+                    |(batch, m, k, n)| batch.iter().product::<u64>().saturating_mul(m * k).saturating_mul(n),
+                )
+            }
+            _ => None,
+        })
+        .fold(0u64, |a, x| a.saturating_add(x))
 }

@@ -17,6 +17,8 @@ mod lower;
 mod patterns;
 pub mod proto;
 
+pub use lower::DEFAULT_ACTIVATION_RANGE;
+
 use crate::reference::HostTensor;
 use prost::Message;
 use std::collections::BTreeMap;
