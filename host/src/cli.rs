@@ -625,13 +625,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             };
             let b = do_build(&label, &src, given.as_ref(), &output, &opts).map_err(|f| {
                 // An imported model refused for memory: say how much of the chip its f16 weights take.
-                let chip = (ipu_core::target::NUM_TILES * ipu_core::target::TILE_MEM_SIZE) as u64;
+                let chip = (tiles * ipu_core::target::TILE_MEM_SIZE) as u64;
                 match param_hint {
                     Some(bytes) if f.1.contains("tile memory") && bytes * 4 > chip => Failure(
                         f.0,
                         format!(
-                            "{}\nnote: the weights alone take {bytes} bytes in f16, {}% of the chip's {chip} bytes of \
-                             tile memory: try --weights fp8 (half the bytes)",
+                            "{}\nnote: the weights alone take {bytes} bytes in f16, {}% of the {chip} bytes of \
+                             tile memory of {tiles} tiles: try --weights fp8 (half the bytes)",
                             f.1,
                             bytes * 100 / chip
                         ),

@@ -274,3 +274,84 @@ fn resource_limits_are_refused_with_names() {
     assert_eq!(code, 1);
     assert!(err.contains("cycle budget of 500 cycles exceeded"), "{err}");
 }
+
+/// An ONNX model is told by its content (here under a name without `.onnx`), keeps its input and
+/// output names, reports its params by dtype, and one too large for the tiles says how much of
+/// their memory its f16 weights take and to try FP8.
+#[test]
+fn onnx_models_are_told_by_content_and_keep_their_names() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/onnx/siglip_tiny");
+    let d = tempfile::tempdir().unwrap();
+    // The external data keeps the name the model gives it.
+    std::fs::copy(fixture.join("dynamo.onnx.data"), d.path().join("dynamo.onnx.data")).unwrap();
+    let model = d.path().join("vision-tower.bin");
+    std::fs::copy(fixture.join("dynamo.onnx"), &model).unwrap();
+    let pkg = d.path().join("s.ipuexe");
+    let (code, out, err) =
+        run(bin().arg("build").arg(&model).arg("-o").arg(&pkg).args(["--tiles", "64", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert!(j["param_bytes"]["f16"].as_u64().unwrap() > 500_000, "{j}");
+    let outdir = d.path().join("out");
+    let (code, _, err) = run(bin()
+        .arg("run")
+        .arg(&pkg)
+        .arg("--input")
+        .arg(format!("pixel_values={}", fixture.join("pixel_values.npy").display()))
+        .arg("--output-dir")
+        .arg(&outdir));
+    assert_eq!(code, 0, "{err}");
+    for name in ["last_hidden_state", "pooler_output"] {
+        assert!(outdir.join(format!("{name}.npy")).is_file(), "{name}");
+    }
+    // One matmul whose f16 weights (1 MiB) cannot fit two tiles.
+    use ipu_host::onnx::proto::*;
+    use prost::Message;
+    let value = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TensorTypeProto {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|d| Dimension { dim_value: Some(*d), dim_param: None }).collect(),
+                }),
+            }),
+        }),
+    };
+    let w = TensorProto {
+        dims: vec![512, 1024],
+        data_type: 1,
+        float_data: vec![0.01; 512 * 1024],
+        name: "w".into(),
+        ..Default::default()
+    };
+    let node = NodeProto {
+        input: vec!["x".into(), "w".into()],
+        output: vec!["y".into()],
+        name: "proj".into(),
+        op_type: "MatMul".into(),
+        ..Default::default()
+    };
+    let big = ModelProto {
+        ir_version: 9,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 18 }],
+        producer_name: "test".into(),
+        graph: Some(GraphProto {
+            node: vec![node],
+            name: "big".into(),
+            initializer: vec![w],
+            input: vec![value("x", &[16, 512])],
+            output: vec![value("y", &[16, 1024])],
+        }),
+    };
+    let big_path = d.path().join("big.onnx");
+    std::fs::write(&big_path, big.encode_to_vec()).unwrap();
+    let (code, _, err) = run(bin().arg("build").arg(&big_path).arg("-o").arg(&pkg).args(["--tiles", "2"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tile memory of 2 tiles: try --weights fp8"), "{err}");
+    assert!(err.contains("[imported model"), "{err}");
+    let (code, _, err) =
+        run(bin().arg("build").arg(example()).arg("-o").arg(&pkg).args(["--weights", "fp8"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("apply to ONNX models"), "{err}");
+}
