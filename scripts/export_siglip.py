@@ -2,7 +2,8 @@
 """Export a SigLIP vision tower from transformers to ONNX with both torch exporters, plus the
 FP32 reference outputs (docs/onnx.md). Needs torch, transformers, onnxscript and onnxruntime;
 not run in CI (torch is large): its output for the default config is committed as the test
-fixture tests/data/onnx/siglip_tiny/.
+fixture tests/data/onnx/siglip_tiny/, and with `--attn sdpa --exporters dynamo` (transformers'
+default attention) as tests/data/onnx/siglip_tiny_sdpa/.
 
     python3 scripts/export_siglip.py OUT_DIR [--image 56 --patch 14 --width 96 --layers 2
         --heads 4 --mlp 192 --seed 0]

@@ -89,18 +89,22 @@ fn build_and_compare(
 
 #[test]
 fn tiny_siglip_from_both_torch_exporters_matches_torch_in_f16_and_fp8_weights() {
-    let dir = repo().join("tests/data/onnx/siglip_tiny");
-    let inputs = BTreeMap::from([("pixel_values".to_string(), dir.join("pixel_values.npy"))]);
-    let refs: BTreeMap<String, PathBuf> = ["last_hidden_state", "pooler_output"]
-        .iter()
-        .map(|o| (o.to_string(), dir.join(format!("ref.{o}.npy"))))
-        .collect();
-    for file in ["dynamo.onnx", "legacy.onnx"] {
+    // Eager attention from both exporters, and transformers' default SDPA attention (its √scale
+    // on Q and on K folds into the score matmul's alpha) from torch's default exporter.
+    let fixtures =
+        [("siglip_tiny", "dynamo.onnx"), ("siglip_tiny", "legacy.onnx"), ("siglip_tiny_sdpa", "dynamo.onnx")];
+    for (fixture, file) in fixtures {
+        let dir = repo().join("tests/data/onnx").join(fixture);
+        let inputs = BTreeMap::from([("pixel_values".to_string(), dir.join("pixel_values.npy"))]);
+        let refs: BTreeMap<String, PathBuf> = ["last_hidden_state", "pooler_output"]
+            .iter()
+            .map(|o| (o.to_string(), dir.join(format!("ref.{o}.npy"))))
+            .collect();
         for (weights, floor) in [(Weights::F16, 0.9999), (Weights::Fp8, 0.99)] {
             let (cos, line) = build_and_compare(&dir.join(file), weights, 64, inputs.clone(), &refs);
-            eprintln!("{line}");
+            eprintln!("{fixture}/{line}");
             for (name, c) in cos {
-                assert!(c >= floor, "{file} {weights:?}: {name} cosine {c} < {floor}");
+                assert!(c >= floor, "{fixture}/{file} {weights:?}: {name} cosine {c} < {floor}");
             }
         }
     }
