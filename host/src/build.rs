@@ -141,7 +141,7 @@ pub fn build(file: &str, src: &str, opts: &BuildOptions) -> Result<Built, BuildE
 pub fn build_model(
     file: &str,
     src: &str,
-    given: Option<&BTreeMap<String, crate::reference::HostTensor>>,
+    given: Option<BTreeMap<String, crate::reference::HostTensor>>,
     opts: &BuildOptions,
 ) -> Result<Built, BuildError> {
     if opts.tiles == 0 || opts.tiles > ipu_core::target::NUM_TILES {

@@ -294,7 +294,7 @@ const EXAMPLE_TILES: usize = 64;
 fn do_build(
     name: &str,
     src: &str,
-    given: Option<&BTreeMap<String, ipu_host::reference::HostTensor>>,
+    given: Option<BTreeMap<String, ipu_host::reference::HostTensor>>,
     output: &Path,
     opts: &BuildOptions,
 ) -> Result<ipu_host::build::Built, Failure> {
@@ -623,7 +623,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 model.display().to_string()
             };
-            let b = do_build(&label, &src, given.as_ref(), &output, &opts).map_err(|f| {
+            let b = do_build(&label, &src, given, &output, &opts).map_err(|f| {
                 // An imported model refused for memory: say how much of the chip its f16 weights take.
                 let chip = (tiles * ipu_core::target::TILE_MEM_SIZE) as u64;
                 match param_hint {

@@ -53,24 +53,36 @@ pub fn load(
     Ok(out)
 }
 
-/// Params given as values (an imported model's initializers): each checked against its
-/// declaration and converted to the param's dtype, as [`load`] does for files.
+/// Params given as f32 values (an imported model's initializers), taken over: each checked
+/// against its declaration and converted to the param's dtype in place, as [`load`] converts
+/// files, so a model's weights are not held twice on the host.
 pub fn from_values(
     g: &Graph,
-    values: &BTreeMap<String, HostTensor>,
+    mut values: BTreeMap<String, HostTensor>,
 ) -> Result<BTreeMap<String, HostTensor>, String> {
     let mut out = BTreeMap::new();
     for p in &g.params {
         let t = g.tensor(*p);
-        let v = values.get(&t.name).ok_or_else(|| format!("param `{}`: no value given", t.name))?;
-        if v.shape != t.shape {
+        let mut v = values.remove(&t.name).ok_or_else(|| format!("param `{}`: no value given", t.name))?;
+        if v.shape != t.shape || v.dtype != DType::F32 {
             return Err(format!(
-                "param `{}`: values of shape {:?} for a param of {:?}",
-                t.name, v.shape, t.shape
+                "param `{}`: {} values of shape {:?} for a param of {:?}",
+                t.name,
+                v.dtype.name(),
+                v.shape,
+                t.shape
             ));
         }
-        let data = convert(v, t.dtype, t.scale).map_err(|e| format!("param `{}`: {e}", t.name))?;
-        out.insert(t.name.clone(), HostTensor { dtype: t.dtype, shape: t.shape.clone(), data });
+        match t.dtype {
+            DType::F32 => {}
+            DType::F16 => v.data.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
+            DType::F8E4M3 | DType::F8E5M2 => {
+                let f = if t.dtype == DType::F8E5M2 { Fp8Format::E5M2 } else { Fp8Format::E4M3 };
+                v.data.iter_mut().for_each(|x| *x = fp8::from_f32_scaled(*x, f, t.scale as i32) as f32);
+            }
+        }
+        v.dtype = t.dtype;
+        out.insert(t.name.clone(), v);
     }
     Ok(out)
 }

@@ -55,7 +55,7 @@ fn build_and_compare(
     }
     let imp = import(model, &io).unwrap_or_else(|e| panic!("import: {e}"));
     let opts = BuildOptions { threads: 2, ..BuildOptions::new(tiles) };
-    let built = build_model(model.to_str().unwrap(), &imp.toml, Some(&imp.params), &opts)
+    let built = build_model(model.to_str().unwrap(), &imp.toml, Some(imp.params), &opts)
         .unwrap_or_else(|e| panic!("{}: build: {e}", model.display()));
     let pkg = Package::from_bytes(&built.bytes).expect("reads back");
     let dir = tempfile::tempdir().unwrap();

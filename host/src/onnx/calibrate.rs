@@ -30,7 +30,7 @@ pub fn ranges(
     if given.is_empty() && macs(&g) > max_macs {
         return Ok(None);
     }
-    let mut vals = crate::params::from_values(&g, &imp.params)?;
+    let mut vals = crate::params::from_values(&g, imp.params)?;
     for name in given.keys() {
         if !g.inputs.iter().any(|i| g.tensor(*i).name == *name) {
             return Err(format!("--calibrate {name}: the model has no input of that name"));

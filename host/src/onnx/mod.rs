@@ -106,11 +106,9 @@ pub fn import_bytes(
         .map(|o| o.version)
         .ok_or_else(|| format!("{file}: the model imports no version of the default ONNX opset"))?;
     let mut ext = consts::External { dir, maps: BTreeMap::new() };
-    let mut init = BTreeMap::new();
-    for t in &graph.initializer {
-        let c = consts::decode(t, &mut ext).map_err(|e| format!("{file}: initializer `{}`: {e}", t.name))?;
-        init.insert(t.name.clone(), c);
-    }
+    // Initializers are decoded when a node first reads them (and dropped after the last), so
+    // a model's weights are not all held at once beside the params made of them.
+    let init = graph.initializer.iter().map(|t| (t.name.clone(), t)).collect();
     let name = if graph.name.is_empty() { "onnx_model".to_string() } else { graph.name.clone() };
     let mut l = lower::Lower::new(&file, opset, opts, init, &mut ext);
     l.inputs(graph)?;

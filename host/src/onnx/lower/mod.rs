@@ -11,7 +11,7 @@ use crate::onnx::emit::{Emit, Field};
 use crate::onnx::expr::{Expr, Form};
 use crate::onnx::fold::{self, Attrs};
 use crate::onnx::patterns::Pattern;
-use crate::onnx::proto::{data_type, GraphProto, NodeProto};
+use crate::onnx::proto::{data_type, GraphProto, NodeProto, TensorProto};
 use crate::onnx::{ImportOptions, Weights};
 use crate::reference::HostTensor;
 use ipu_core::fp8::Fp8Format;
@@ -79,7 +79,7 @@ pub struct Lower<'a, 'b> {
     ext: &'a mut External<'b>,
     /// Params made from constants, by the constant's address; the `Rc` is kept so that no later
     /// constant can be allocated at the same address while the map lives.
-    params_of: BTreeMap<(usize, bool), (Rc<Const>, String)>,
+    params_of: BTreeMap<(usize, bool), (std::rc::Weak<Const>, String)>,
     scales: Vec<(String, i8)>,
     /// Matmuls emitted, by output tensor: op index, alpha, and whether the ONNX value has one
     /// reader (then a scaling applied after it folds into its `alpha`).
@@ -88,6 +88,8 @@ pub struct Lower<'a, 'b> {
     folded: BTreeMap<String, f64>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
+    /// Initializers not decoded yet.
+    pending: BTreeMap<String, &'a TensorProto>,
     /// Matmuls written now stay f16 whatever `--weights` says (the exact selections of a crop).
     f16_only: bool,
 }
@@ -113,15 +115,15 @@ impl<'a, 'b> Lower<'a, 'b> {
         file: &'a str,
         opset: i64,
         opts: &'a ImportOptions,
-        init: BTreeMap<String, Const>,
+        init: BTreeMap<String, &'a TensorProto>,
         ext: &'a mut External<'b>,
     ) -> Self {
-        let vals = init.into_iter().map(|(k, v)| (k, Val::C(Rc::new(v)))).collect();
         Lower {
+            pending: init,
+            vals: BTreeMap::new(),
             file,
             opset,
             opts,
-            vals,
             emit: Emit::new(),
             ext,
             params_of: BTreeMap::new(),
@@ -142,7 +144,7 @@ impl<'a, 'b> Lower<'a, 'b> {
         }
         let mut given: BTreeSet<&String> = self.opts.input_shapes.keys().collect();
         for i in &g.input {
-            if self.vals.contains_key(&i.name) {
+            if self.pending.contains_key(&i.name) {
                 continue;
             }
             given.remove(&i.name);
@@ -311,7 +313,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             return n.clone();
         }
         let n = self.emit.param(base, DType::F16, 0, shape, f16_param_values(c));
-        self.params_of.insert(key, (c.clone(), n.clone()));
+        self.params_of.insert(key, (Rc::downgrade(c), n.clone()));
         n
     }
 
@@ -340,7 +342,12 @@ impl<'a, 'b> Lower<'a, 'b> {
         };
         let x = shape_of(node.input.first().and_then(|n| self.vals.get(n)));
         let shape = match (node.op_type.as_str(), x) {
-            ("Conv", Some(x)) => match shape_of(node.input.get(1).and_then(|n| self.vals.get(n))) {
+            ("Conv", Some(x)) => match node.input.get(1).and_then(|n| {
+                // The weight's shape, whether or not it is decoded yet.
+                shape_of(self.vals.get(n)).or_else(|| {
+                    self.pending.get(n).map(|t| t.dims.iter().map(|d| (*d).max(0) as u64).collect())
+                })
+            }) {
                 Some(w) if x.len() == 4 && w.len() == 4 && w[2] > 0 && w[3] > 0 => {
                     Some(vec![x[0], w[0], x[2] / w[2], x[3] / w[3]])
                 }
@@ -356,6 +363,46 @@ impl<'a, 'b> Lower<'a, 'b> {
 
     /// Lower one node.
     pub fn node(
+        &mut self,
+        g: &GraphProto,
+        node: &NodeProto,
+        pattern: Option<&Pattern>,
+    ) -> Result<(), String> {
+        // The initializers this node (or the pattern it stands for) reads.
+        let mut reads: Vec<&String> = node.input.iter().collect();
+        match pattern {
+            Some(Pattern::LayerNorm { eps, means, .. }) => {
+                reads.push(eps);
+                reads.extend(means.iter().flat_map(|m| g.node[*m].input.iter()));
+            }
+            Some(Pattern::PatchEmbed { conv, flatten }) => {
+                reads.extend(g.node[*conv].input.iter().chain(&g.node[*flatten].input));
+            }
+            _ => {}
+        }
+        for name in reads {
+            if let Some(t) = self.pending.remove(name) {
+                let c = crate::onnx::consts::decode(t, self.ext)
+                    .map_err(|e| format!("{}: initializer `{name}`: {e}", self.file))?;
+                self.vals.insert(name.clone(), Val::C(Rc::new(c)));
+            }
+        }
+        self.lower_node(g, node, pattern)?;
+        // A value nothing reads any more is dropped (graph outputs count as readers): weights,
+        // and projections that keep their weight for column selection, are not held beside the
+        // params made of them for the rest of the import.
+        for name in node.input.iter().filter(|n| !n.is_empty()) {
+            if let Some(u) = self.uses.get_mut(name) {
+                *u = u.saturating_sub(1);
+                if *u == 0 {
+                    self.vals.remove(name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn lower_node(
         &mut self,
         g: &GraphProto,
         node: &NodeProto,

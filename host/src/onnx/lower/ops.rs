@@ -98,7 +98,7 @@ impl Lower<'_, '_> {
         let scale = fp8_scale(range);
         let n = self.emit.param(base, DType::F8E4M3, scale, shape, v);
         self.scales.push((n.clone(), scale));
-        self.params_of.insert(key, (c.clone(), n.clone()));
+        self.params_of.insert(key, (Rc::downgrade(c), n.clone()));
         n
     }
 
