@@ -88,6 +88,8 @@ pub struct Lower<'a, 'b> {
     folded: BTreeMap<String, f64>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
+    /// FP8 casts written, by source tensor and scale.
+    fp8_casts: BTreeMap<(String, i8), String>,
     /// Initializers not decoded yet.
     pending: BTreeMap<String, &'a TensorProto>,
     /// Matmuls written now stay f16 whatever `--weights` says (the exact selections of a crop).
@@ -132,6 +134,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             folded: BTreeMap::new(),
             uses: BTreeMap::new(),
             f16_only: false,
+            fp8_casts: BTreeMap::new(),
         }
     }
 

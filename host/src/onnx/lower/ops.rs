@@ -62,18 +62,25 @@ impl Lower<'_, '_> {
             let range =
                 self.opts.activation_ranges.get(out).map(|r| 2.0 * r).unwrap_or(DEFAULT_ACTIVATION_RANGE);
             let scale = fp8_scale(range);
-            let cast = self.emit.fresh(&format!("{ta}_f8"));
-            self.emit.op(
-                "cast",
-                &[
-                    ("input", Field::S(ta.clone())),
-                    ("output", Field::S(cast.clone())),
-                    ("dtype", s("f8e4m3")),
-                    ("scale", Field::I(scale as i64)),
-                ],
-            );
-            self.scales.push((cast.clone(), scale));
-            ta = cast;
+            // One cast per tensor and scale: Q, K and V projections of one input share it.
+            ta = match self.fp8_casts.get(&(ta.clone(), scale)) {
+                Some(cast) => cast.clone(),
+                None => {
+                    let cast = self.emit.fresh(&format!("{ta}_f8"));
+                    self.emit.op(
+                        "cast",
+                        &[
+                            ("input", Field::S(ta.clone())),
+                            ("output", Field::S(cast.clone())),
+                            ("dtype", s("f8e4m3")),
+                            ("scale", Field::I(scale as i64)),
+                        ],
+                    );
+                    self.scales.push((cast.clone(), scale));
+                    self.fp8_casts.insert((ta, scale), cast.clone());
+                    cast
+                }
+            };
         }
         let mut fields = vec![("a", Field::S(ta)), ("b", Field::S(tb))];
         if alpha != 1.0 {
