@@ -589,6 +589,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 if let Some(path) = &emit_model {
                     let st = ipu_host::onnx::emit::safetensors_bytes(&imp.params).map_err(bad)?;
                     let st_path = path.with_file_name("params.safetensors");
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                        std::fs::create_dir_all(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+                    }
                     std::fs::write(path, &imp.toml).map_err(|e| bad(format!("{}: {e}", path.display())))?;
                     std::fs::write(&st_path, st).map_err(|e| bad(format!("{}: {e}", st_path.display())))?;
                 }

@@ -292,6 +292,24 @@ fn onnx_models_are_told_by_content_and_keep_their_names() {
     assert_eq!(code, 0, "{err}");
     let j: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
     assert!(j["param_bytes"]["f16"].as_u64().unwrap() > 500_000, "{j}");
+    // The imported model as written by --emit-model (into a directory made for it) builds the
+    // same package byte for byte.
+    let emitted = d.path().join("emitted/sub/model.toml");
+    let pkg2 = d.path().join("s2.ipuexe");
+    let (code, _, err) = run(bin()
+        .arg("build")
+        .arg(&model)
+        .arg("-o")
+        .arg(&pkg2)
+        .args(["--tiles", "64"])
+        .arg("--emit-model")
+        .arg(&emitted));
+    assert_eq!(code, 0, "{err}");
+    let (code, out2, err) =
+        run(bin().arg("build").arg(&emitted).arg("-o").arg(&pkg2).args(["--tiles", "64", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let j2: serde_json::Value = serde_json::from_str(out2.trim()).expect("one JSON object");
+    assert_eq!(j["sha256"], j2["sha256"], "the emitted model is the imported one");
     let outdir = d.path().join("out");
     let (code, _, err) = run(bin()
         .arg("run")
