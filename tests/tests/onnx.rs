@@ -138,6 +138,18 @@ fn small_models_in_torch_forms_match_onnxruntime() {
                 })
                 .collect()
         };
+        if stem == "layernorm" {
+            // The written-out LayerNorm is one op with its affine folded in: no mul/add left.
+            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
+            let ops: Vec<&str> =
+                toml.lines().filter(|l| l.starts_with("op = ") && !l.contains("reshape")).collect();
+            assert_eq!(
+                ops,
+                ["op = \"cast\"", "op = \"layernorm\"", "op = \"matmul\"", "op = \"add\"", "op = \"cast\""],
+                "{toml}"
+            );
+            assert!(toml.contains("gamma = ") && toml.contains("beta = "), "{toml}");
+        }
         let (inputs, refs) = (pick("in"), pick("ref"));
         assert!(!inputs.is_empty() && !refs.is_empty(), "{stem}");
         let (cos, line) = build_and_compare(model, Weights::F16, 64, inputs, &refs);

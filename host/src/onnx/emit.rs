@@ -121,12 +121,17 @@ impl Emit {
 
     /// Set (or replace) a numeric field of an emitted op.
     pub fn set_number(&mut self, op: usize, field: &str, value: f64) {
+        self.set_field(op, field, Field::F(value));
+    }
+
+    /// Set (or replace) a field of an emitted op (new fields go before `output`).
+    pub fn set_field(&mut self, op: usize, field: &str, value: Field) {
         let fields = &mut self.ops[op].1;
         match fields.iter_mut().find(|(k, _)| k == field) {
-            Some((_, v)) => *v = Field::F(value),
+            Some((_, v)) => *v = value,
             None => {
                 let at = fields.iter().position(|(k, _)| k == "output").unwrap_or(fields.len());
-                fields.insert(at, (field.to_string(), Field::F(value)));
+                fields.insert(at, (field.to_string(), value));
             }
         }
     }

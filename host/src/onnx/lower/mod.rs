@@ -88,6 +88,11 @@ pub struct Lower<'a, 'b> {
     folded: BTreeMap<String, f64>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
+    /// Written-out LayerNorms, by output tensor: op index, and whether a gamma and a beta were
+    /// fused into it (each at most once, gamma before beta).
+    affine_open: BTreeMap<String, (usize, bool, bool)>,
+    /// Readers of each ONNX value in the whole graph (`uses` counts down).
+    uses_total: BTreeMap<String, usize>,
     /// FP8 casts written, by source tensor and scale.
     fp8_casts: BTreeMap<(String, i8), String>,
     /// Initializers not decoded yet.
@@ -135,6 +140,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             uses: BTreeMap::new(),
             f16_only: false,
             fp8_casts: BTreeMap::new(),
+            affine_open: BTreeMap::new(),
+            uses_total: BTreeMap::new(),
         }
     }
 
@@ -142,6 +149,7 @@ impl<'a, 'b> Lower<'a, 'b> {
     pub fn inputs(&mut self, g: &GraphProto) -> Result<(), String> {
         self.uses =
             crate::onnx::patterns::consumers(g).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        self.uses_total = self.uses.clone();
         for o in &g.output {
             self.emit.reserve(&o.name);
         }

@@ -144,7 +144,7 @@ impl Lower<'_, '_> {
         };
         let t = self.tensor(&r, at)?;
         let out = self.out_name(node);
-        self.emit.op(
+        let idx = self.emit.op(
             "layernorm",
             &[
                 ("input", Field::S(t)),
@@ -153,8 +153,39 @@ impl Lower<'_, '_> {
                 ("dtype", s("f16")),
             ],
         );
+        self.affine_open.insert(out.clone(), (idx, false, false));
         self.run(node, out, r.shape);
         Ok(())
+    }
+
+    /// `Mul` by a per-column constant (gamma), then `Add` of one (beta), after a written-out
+    /// LayerNorm whose result nothing else reads: folded into the `layernorm` op's `gamma` and
+    /// `beta` (two row stages fewer per LayerNorm). Returns whether the node was taken.
+    pub(super) fn fuse_affine(&mut self, node: &NodeProto, ins: &[Option<Val>]) -> bool {
+        let (r, c, input) = match ins {
+            [Some(Val::R(r)), Some(Val::C(c))] => (r, c, &node.input[0]),
+            [Some(Val::C(c)), Some(Val::R(r))] => (r, c, &node.input[1]),
+            _ => return false,
+        };
+        let Some(&(op, has_gamma, has_beta)) = self.affine_open.get(&r.t) else { return false };
+        let d = *r.shape.last().unwrap_or(&0);
+        let per_column = c.len() as u64 == d && c.shape.last() == Some(&d) && c.shape.len() <= r.shape.len();
+        let gamma = node.op_type == "Mul";
+        let free = if gamma { !has_gamma && !has_beta } else { !has_beta };
+        if *r.e != Expr::X || !per_column || !free || self.uses_total.get(input) != Some(&1) {
+            return false;
+        }
+        let field = if gamma { "gamma" } else { "beta" };
+        let values = Rc::new(c.reshaped(vec![d]));
+        let p = self.param(&values, &format!("{}_{field}", r.t), vec![d]);
+        self.emit.set_field(op, field, Field::S(p));
+        self.affine_open.insert(r.t.clone(), (op, has_gamma || gamma, has_beta || !gamma));
+        self.define(
+            node,
+            0,
+            Val::R(Run { t: r.t.clone(), shape: r.shape.clone(), e: Rc::new(Expr::X), prov: None }),
+        );
+        true
     }
 
     /// The image `[N, C, H, W]` cut to `[N, C, h, w]`, the pixels a stride-k convolution reads

@@ -65,6 +65,7 @@ impl Lower<'_, '_> {
                 }
                 self.run(node, t, shape);
             }
+            "Add" | "Mul" if self.fuse_affine(node, ins) => {}
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Neg" | "Abs" | "Reciprocal" => {
                 self.elementwise(node, ins, at)?
             }
