@@ -157,8 +157,15 @@ def gemm(g):
     return [tensor(x, [6, 40])], {"y": y}
 
 
+def gemm_const_a(g):
+    # A constant left operand stored transposed (transA): Y = Aᵀ·X + C.
+    x = "x"
+    y = g.op("Gemm", [g.w([40, 16]), x, g.w([16, 8], 0.5, "c")], transA=1)
+    return [tensor(x, [40, 8])], {"y": y}
+
+
 MODELS = {"mlp": mlp, "layernorm": layernorm, "gelu": gelu, "attention": attention, "patch": patch,
-          "patch_crop": patch_crop, "gemm": gemm}
+          "patch_crop": patch_crop, "gemm": gemm, "gemm_const_a": gemm_const_a}
 EXTERNAL = {"attention"}
 
 

@@ -325,17 +325,7 @@ fn onnx_models_are_told_by_content_and_keep_their_names() {
     // One matmul whose f16 weights (1 MiB) cannot fit two tiles.
     use ipu_host::onnx::proto::*;
     use prost::Message;
-    let value = |name: &str, dims: &[i64]| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TensorTypeProto {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims.iter().map(|d| Dimension { dim_value: Some(*d), dim_param: None }).collect(),
-                }),
-            }),
-        }),
-    };
+    let value = ValueInfoProto::float_tensor;
     let w = TensorProto {
         dims: vec![512, 1024],
         data_type: 1,

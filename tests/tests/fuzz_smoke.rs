@@ -213,17 +213,7 @@ fn asm_fuzzer_findings_are_refused() {
 fn onnx_seed() -> Vec<u8> {
     use ipu_host::onnx::proto::*;
     use prost::Message;
-    let value = |name: &str, dims: &[i64]| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TensorTypeProto {
-                elem_type: 1,
-                shape: Some(TensorShapeProto {
-                    dim: dims.iter().map(|d| Dimension { dim_value: Some(*d), dim_param: None }).collect(),
-                }),
-            }),
-        }),
-    };
+    let value = ValueInfoProto::float_tensor;
     let floats = |name: &str, dims: &[i64], v: f32| TensorProto {
         dims: dims.to_vec(),
         data_type: 1,

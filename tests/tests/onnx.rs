@@ -5,7 +5,8 @@
 //!   torch's FP32 outputs), built on 64 tiles in f16 and FP8 weights;
 //! - small models in the forms torch writes (`scripts/onnx_models.py`: MLP with erf GeLU,
 //!   decomposed LayerNorm, tanh GeLU, attention with the reshape/transpose dance and shape
-//!   arithmetic on external data, patch-embedding Conv with and without a cropped border, Gemm),
+//!   arithmetic on external data, patch-embedding Conv with and without a cropped border, Gemm with
+//!   a constant B and with a transposed constant A),
 //!   against onnxruntime;
 //! - refusals of what the importer does not take, each naming the node, op and opset.
 //!
@@ -125,7 +126,7 @@ fn small_models_in_torch_forms_match_onnxruntime() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let models: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
-    assert_eq!(models.len(), 7, "{files:?}");
+    assert_eq!(models.len(), 8, "{files:?}");
     for model in models {
         let stem = model.file_stem().unwrap().to_string_lossy().to_string();
         let pick = |kind: &str| -> BTreeMap<String, PathBuf> {

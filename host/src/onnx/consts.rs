@@ -143,8 +143,6 @@ impl External<'_> {
             if !meta.is_file() {
                 return Err(format!("{}: not a regular file", path.display()));
             }
-            // SAFETY is not ours to claim: memmap2's map is `unsafe` because another process may
-            // change the file; the crate is the workspace's single user of it (docs/dependencies.md).
             let map = map_file(&file).map_err(|e| format!("{}: {e}", path.display()))?;
             self.maps.insert(location.to_string(), map);
         }

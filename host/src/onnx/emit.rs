@@ -29,8 +29,6 @@ pub struct Emit {
     /// Params in declaration order: name, dtype, scale, and f32 values (converted to the
     /// param's dtype by the build).
     pub params: Vec<(String, DType, i8, HostTensor)>,
-    /// Ops emitted so far.
-    pub op_count: usize,
 }
 
 /// A TOML basic string.
@@ -60,13 +58,7 @@ impl Default for Emit {
 impl Emit {
     /// An empty model.
     pub fn new() -> Emit {
-        Emit {
-            names: BTreeSet::new(),
-            inputs: String::new(),
-            ops: Vec::new(),
-            params: Vec::new(),
-            op_count: 0,
-        }
+        Emit { names: BTreeSet::new(), inputs: String::new(), ops: Vec::new(), params: Vec::new() }
     }
 
     /// Reserve a name the model keeps as it is (graph inputs and outputs).
@@ -115,7 +107,6 @@ impl Emit {
     /// Append an op; `fields` in the order they are written. Returns its index.
     pub fn op(&mut self, kind: &str, fields: &[(&str, Field)]) -> usize {
         self.ops.push((kind.to_string(), fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()));
-        self.op_count += 1;
         self.ops.len() - 1
     }
 

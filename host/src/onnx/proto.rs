@@ -92,6 +92,22 @@ pub struct ValueInfoProto {
     pub r#type: Option<TypeProto>,
 }
 
+impl ValueInfoProto {
+    /// A FLOAT tensor of fixed shape: what a model writer (a test, a fuzz seed) declares.
+    pub fn float_tensor(name: &str, dims: &[i64]) -> Self {
+        let dim = dims.iter().map(|d| Dimension { dim_value: Some(*d), dim_param: None }).collect();
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TensorTypeProto {
+                    elem_type: data_type::FLOAT,
+                    shape: Some(TensorShapeProto { dim }),
+                }),
+            }),
+        }
+    }
+}
+
 /// `TypeProto` (only the tensor case).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TypeProto {

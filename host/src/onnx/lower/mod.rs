@@ -93,6 +93,8 @@ pub struct Lower<'a, 'b> {
     affine_open: BTreeMap<String, (usize, bool, bool)>,
     /// Readers of each ONNX value in the whole graph (`uses` counts down).
     uses_total: BTreeMap<String, usize>,
+    /// Compositions written, by tensor and composition text.
+    written: BTreeMap<(String, String), String>,
     /// FP8 casts written, by source tensor and scale.
     fp8_casts: BTreeMap<(String, i8), String>,
     /// Initializers not decoded yet.
@@ -140,6 +142,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             uses: BTreeMap::new(),
             f16_only: false,
             fp8_casts: BTreeMap::new(),
+            written: BTreeMap::new(),
             affine_open: BTreeMap::new(),
             uses_total: BTreeMap::new(),
         }
@@ -243,10 +246,21 @@ impl<'a, 'b> Lower<'a, 'b> {
                 "{at}: reads an intermediate of a recognised pattern (only its shape can be read)"
             ));
         }
+        // A composition read by several nodes is written once.
+        let key = (r.t.clone(), r.e.text());
+        if let Some(t) = self.written.get(&key) {
+            return Ok(t.clone());
+        }
+        let t = self.write_composition(r, at)?;
+        self.written.insert(key, t.clone());
+        Ok(t)
+    }
+
+    fn write_composition(&mut self, r: &Run, at: &str) -> Result<String, String> {
         match r.e.form() {
             Form::Identity => Ok(r.t.clone()),
-            Form::GeluTanh | Form::GeluErf => {
-                let approx = if r.e.form() == Form::GeluTanh { "tanh" } else { "none" };
+            form @ (Form::GeluTanh | Form::GeluErf) => {
+                let approx = if form == Form::GeluTanh { "tanh" } else { "none" };
                 let out = self.emit.fresh(&format!("{}_gelu", r.t));
                 self.emit.op(
                     "gelu",

@@ -205,7 +205,7 @@ impl Lower<'_, '_> {
         if shape[3] == w && shape[2] == h {
             return Ok((t, shape));
         }
-        let fp8 = std::mem::replace(&mut self.f16_only, true);
+        let was_f16_only = std::mem::replace(&mut self.f16_only, true);
         let result = (|| {
             let select = |from: u64, to: u64| {
                 let mut v = vec![0f32; (from * to) as usize];
@@ -214,41 +214,31 @@ impl Lower<'_, '_> {
                 }
                 Rc::new(Const::f(vec![from, to], v))
             };
-            let swap = |s: &[u64]| vec![s[0], s[1], s[3], s[2]];
+            // The last two axes swapped (a transpose kernel), for the height cut.
+            let swap =
+                |this: &mut Self, t: &str, shape: &[u64], name: &str| -> Result<(String, Vec<u64>), String> {
+                    let to = vec![shape[0], shape[1], shape[3], shape[2]];
+                    let t = this.emit_view(t, shape, &to, Some(&[0, 1, 3, 2]), &format!("{base}_{name}"))?;
+                    Ok((t, to))
+                };
             for (axis, keep) in [(3, w), (2, h)] {
                 if shape[axis] == keep {
                     continue;
                 }
-                let transposed = axis == 2;
-                if transposed {
-                    t = self.emit_view(
-                        &t,
-                        &shape,
-                        &swap(&shape),
-                        Some(&[0, 1, 3, 2]),
-                        &format!("{base}_rows"),
-                    )?;
-                    shape = swap(&shape);
+                if axis == 2 {
+                    (t, shape) = swap(self, &t, &shape, "rows")?;
                 }
                 let run = Run { t: t.clone(), shape: shape.clone(), e: Rc::new(Expr::X), prov: None };
                 let out = self.emit.fresh(&format!("{base}_crop"));
-                let (c, s2) =
+                (t, shape) =
                     self.matmul(Val::R(run), Val::C(select(shape[3], keep)), 1.0, &out, false, at)?;
-                (t, shape) = (c, s2);
-                if transposed {
-                    t = self.emit_view(
-                        &t,
-                        &shape,
-                        &swap(&shape),
-                        Some(&[0, 1, 3, 2]),
-                        &format!("{base}_cols"),
-                    )?;
-                    shape = swap(&shape);
+                if axis == 2 {
+                    (t, shape) = swap(self, &t, &shape, "cols")?;
                 }
             }
             Ok((t, shape))
         })();
-        self.f16_only = fp8;
+        self.f16_only = was_f16_only;
         result
     }
 

@@ -42,6 +42,7 @@ impl Lower<'_, '_> {
             "Gemm" => {
                 let (a, b) = (ins[0].clone().unwrap(), ins.get(1).cloned().flatten().ok_or(format!("{at}: one input"))?);
                 let a = match (a, attrs.int("transA")) {
+                    (Val::C(c), Some(1)) => Val::C(Rc::new(fold::transpose(&c, &[])?)),
                     (Val::R(_), Some(1)) => return Err(format!("{at}: transA on a computed tensor is not supported")),
                     (v, _) => v,
                 };
@@ -132,7 +133,7 @@ impl Lower<'_, '_> {
                 } else {
                     self.view_shape(op, attrs, &r.shape, consts.get(1).cloned().flatten()).map_err(|e| format!("{at}: {e}"))?
                 };
-                self.view(node, r, "reshape", shape, None, at)?;
+                self.view(node, r, shape, None, at)?;
             }
             "Transpose" => {
                 let r = need_r0()?;
@@ -142,13 +143,13 @@ impl Lower<'_, '_> {
                     _ => (0..rank).rev().collect(),
                 };
                 let shape = perm.iter().map(|p| r.shape.get(*p).copied().unwrap_or(0)).collect();
-                self.view(node, r, "transpose", shape, Some(perm), at)?;
+                self.view(node, r, shape, Some(perm), at)?;
             }
             "Gather" | "Slice" | "Expand" => {
                 let r = need_r0()?;
                 let same = self.selects_everything(op, attrs, &r.shape, consts).map_err(|e| format!("{at}: {e}"))?;
                 match (same, &r.prov) {
-                    (Some(shape), _) => self.view(node, r, "reshape", shape, None, at)?,
+                    (Some(shape), _) => self.view(node, r, shape, None, at)?,
                     (None, Some(p)) if *r.e == Expr::X && op != "Expand" => {
                         let mut cs = consts.to_vec();
                         cs[0] = Some(p.idx.clone());

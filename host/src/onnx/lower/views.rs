@@ -9,7 +9,6 @@ impl Lower<'_, '_> {
         &mut self,
         node: &NodeProto,
         r: Run,
-        kind: &str,
         shape: Vec<u64>,
         perm: Option<Vec<usize>>,
         at: &str,
@@ -21,7 +20,6 @@ impl Lower<'_, '_> {
         let base = node.output.first().cloned().unwrap_or_default();
         let t =
             self.emit_view(&t, &r.shape, &shape, perm.as_deref(), &base).map_err(|e| format!("{at}: {e}"))?;
-        let _ = kind;
         let prov = match (&r.prov, *e == Expr::X) {
             (Some(p), true) => Some(Rc::new(Prov {
                 x: p.x.clone(),
@@ -93,30 +91,23 @@ impl Lower<'_, '_> {
             first.swap(r - 2, r - 1);
             if !first.iter().enumerate().all(|(k, v)| k == *v) {
                 let ints: Vec<i64> = first.iter().map(|x| *x as i64).collect();
-                t = self.write_view_ints(&t, "transpose", "perm", ints, &format!("{base}_lead"));
+                t = self.write_view_ints(&t, "transpose", ints, &format!("{base}_lead"));
             }
             perm = (0..r).collect();
             perm.swap(r - 2, r - 1);
         }
         let ints: Vec<i64> = perm.iter().map(|x| *x as i64).collect();
-        let out = self.write_view_ints(&t, "transpose", "perm", ints, base);
+        let out = self.write_view_ints(&t, "transpose", ints, base);
         Ok(if out_full { self.write_view(&out, "reshape", &held_out, base) } else { out })
     }
 
     pub(super) fn write_view(&mut self, t: &str, kind: &str, shape: &[u64], base: &str) -> String {
-        self.write_view_ints(t, kind, "shape", shape.iter().map(|x| *x as i64).collect(), base)
+        self.write_view_ints(t, kind, shape.iter().map(|x| *x as i64).collect(), base)
     }
 
-    pub(super) fn write_view_ints(
-        &mut self,
-        t: &str,
-        kind: &str,
-        field: &str,
-        ints: Vec<i64>,
-        base: &str,
-    ) -> String {
+    pub(super) fn write_view_ints(&mut self, t: &str, kind: &str, ints: Vec<i64>, base: &str) -> String {
         let out = self.emit.fresh(base);
-        let f: &'static str = if field == "perm" { "perm" } else { "shape" };
+        let f = if kind == "transpose" { "perm" } else { "shape" };
         self.emit.op(
             kind,
             &[
