@@ -542,7 +542,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             column_groups,
         } => {
             let bytes = std::fs::read(&model).map_err(|e| bad(format!("{}: {e}", model.display())))?;
-            let onnx = ipu_host::onnx::looks_like_onnx(&bytes);
+            // Content decides; a file named .onnx that is not one gets the ONNX reader's message.
+            let onnx =
+                ipu_host::onnx::looks_like_onnx(&bytes) || model.extension().is_some_and(|e| e == "onnx");
             if !calibrate.is_empty() && weights.as_deref() != Some("fp8") {
                 return Err(bad("--calibrate chooses FP8 activation scales: it applies with --weights fp8"));
             }

@@ -358,6 +358,11 @@ fn onnx_models_are_told_by_content_and_keep_their_names() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("tile memory of 2 tiles: try --weights fp8"), "{err}");
     assert!(err.contains("[imported model"), "{err}");
+    let garbage = d.path().join("garbage.onnx");
+    std::fs::write(&garbage, b"not a model\x08").unwrap();
+    let (code, _, err) = run(bin().arg("build").arg(&garbage).arg("-o").arg(&pkg));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a valid ONNX model"), "{err}");
     let (code, _, err) =
         run(bin().arg("build").arg(example()).arg("-o").arg(&pkg).args(["--weights", "fp8"]));
     assert_eq!(code, 2, "{err}");
