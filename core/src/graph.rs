@@ -63,6 +63,17 @@ pub enum OpKind {
         /// The tanh approximation or the erf form.
         form: GeluForm,
     },
+    /// `output = f(input)` for one of the elementwise functions of `MapFn`, f16 in and out, f32
+    /// arithmetic (docs/kernels.md `map_f16`): what an imported model's elementwise composition
+    /// that no fused kernel recognises is lowered to, one function at a time.
+    Map {
+        /// Source.
+        input: TensorId,
+        /// Which function.
+        func: MapFn,
+        /// The exponent of `MapFn::Pow`; 1 for every other function.
+        exponent: f32,
+    },
     /// Layer normalisation over the last axis, f16 in and out, statistics in f32
     /// (docs/kernels.md `layernorm_f16`): `y = ((x − μ)·(1/√(σ² + eps)))·gamma + beta`.
     LayerNorm {
@@ -142,6 +153,65 @@ pub enum GeluForm {
     Erf,
 }
 
+/// The elementwise functions of `OpKind::Map`, each one kernel (`map_f16`) with its own f32
+/// formula (docs/kernels.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MapFn {
+    /// `tanh x = 1 − 2/(e^{2x} + 1)`.
+    Tanh,
+    /// `1/(1 + e^{−x})`.
+    Sigmoid,
+    /// `e^x`.
+    Exp,
+    /// `ln x` (NaN below 0, −∞ at 0).
+    Log,
+    /// `√x` (NaN below 0).
+    Sqrt,
+    /// `1/x`.
+    Reciprocal,
+    /// `|x| = √(x²)` (exact for f16 values).
+    Abs,
+    /// `erf x`, Abramowitz & Stegun 7.1.26 (absolute error ≤ 1.5e−7) with x's sign.
+    Erf,
+    /// `x^c = e^{c·ln x}` for a constant `c` (NaN below 0: integer powers are products instead).
+    Pow,
+}
+
+impl MapFn {
+    /// Every function, in the order of the model-file names.
+    pub const ALL: [MapFn; 9] = [
+        MapFn::Tanh,
+        MapFn::Sigmoid,
+        MapFn::Exp,
+        MapFn::Log,
+        MapFn::Sqrt,
+        MapFn::Reciprocal,
+        MapFn::Abs,
+        MapFn::Erf,
+        MapFn::Pow,
+    ];
+
+    /// The model-file name (`op = "tanh"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MapFn::Tanh => "tanh",
+            MapFn::Sigmoid => "sigmoid",
+            MapFn::Exp => "exp",
+            MapFn::Log => "log",
+            MapFn::Sqrt => "sqrt",
+            MapFn::Reciprocal => "reciprocal",
+            MapFn::Abs => "abs",
+            MapFn::Erf => "erf",
+            MapFn::Pow => "pow",
+        }
+    }
+
+    /// The function of a model-file name.
+    pub fn from_name(name: &str) -> Option<MapFn> {
+        MapFn::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
 impl OpKind {
     /// The tensors the op reads, in operand order.
     pub fn operands(&self) -> Vec<TensorId> {
@@ -150,6 +220,7 @@ impl OpKind {
             OpKind::Cast { input }
             | OpKind::Softmax { input }
             | OpKind::Gelu { input, .. }
+            | OpKind::Map { input, .. }
             | OpKind::Reshape { input }
             | OpKind::Transpose { input, .. } => alloc::vec![input],
             OpKind::LayerNorm { input, gamma, beta, .. } => {

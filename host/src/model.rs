@@ -1,7 +1,7 @@
 //! Model files (TOML, docs/model-format.md) → graph IR, with errors that name file, line, op,
 //! field and tensor.
 
-use ipu_core::graph::{matmul_shape, BinaryOp, GeluForm, Graph, Op, OpKind, Tensor, TensorId};
+use ipu_core::graph::{matmul_shape, BinaryOp, GeluForm, Graph, MapFn, Op, OpKind, Tensor, TensorId};
 use ipu_schema::DType;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -96,6 +96,7 @@ struct RawOp {
     gamma: Option<Spanned<String>>,
     beta: Option<Spanned<String>>,
     eps: Option<Spanned<f64>>,
+    exponent: Option<Spanned<f64>>,
     shape: Option<Spanned<Vec<i64>>>,
     perm: Option<Spanned<Vec<i64>>>,
 }
@@ -286,6 +287,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("gamma", op.gamma.is_some()),
             ("beta", op.beta.is_some()),
             ("eps", op.eps.is_some()),
+            ("approximate", op.approximate.is_some()),
+            ("exponent", op.exponent.is_some()),
             ("shape", op.shape.is_some()),
             ("perm", op.perm.is_some()),
         ];
@@ -479,35 +482,54 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let to = dtype(&op.dtype, "dtype")?;
                 let x = g.tensor(input).clone();
                 if to != x.dtype {
-                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                        "{}: a {kind} keeps the dtype: `{}` is {}", here("dtype"), x.name, x.dtype.name()));
+                    return cx.err(
+                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                        format!(
+                            "{}: a {kind} keeps the dtype: `{}` is {}",
+                            here("dtype"),
+                            x.name,
+                            x.dtype.name()
+                        ),
+                    );
                 }
                 let spanned = if kind == "reshape" { &op.shape } else { &op.perm };
                 let Some(list) = spanned else {
                     return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`"));
                 };
                 let v = list.get_ref();
-                let (shape, kind_op) = if kind == "reshape" {
-                    let shape: Vec<u64> = v.iter().map(|d| (*d).max(0) as u64).collect();
-                    let product = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
-                    if v.iter().any(|d| *d <= 0) || product != Some(x.elements()) {
-                        return cx.err(list.span(), format!(
+                let (shape, kind_op) =
+                    if kind == "reshape" {
+                        let shape: Vec<u64> = v.iter().map(|d| (*d).max(0) as u64).collect();
+                        let product = shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
+                        if v.iter().any(|d| *d <= 0) || product != Some(x.elements()) {
+                            return cx.err(
+                                list.span(),
+                                format!(
                             "{}: {v:?} is not a shape of positive sizes with {} elements like `{}` {:?}",
-                            here(field), x.elements(), x.name, x.shape));
-                    }
-                    (shape, OpKind::Reshape { input })
-                } else {
-                    let r = x.shape.len();
-                    let mut seen = vec![false; r];
-                    let ok = v.len() == r
-                        && v.iter().all(|&a| (0..r as i64).contains(&a) && !std::mem::replace(&mut seen[a as usize], true));
-                    if !ok {
-                        return cx.err(list.span(), format!(
-                            "{}: {v:?} is not a permutation of the {r} axes of `{}`", here(field), x.name));
-                    }
-                    let perm: Vec<usize> = v.iter().map(|&a| a as usize).collect();
-                    (perm.iter().map(|&a| x.shape[a]).collect(), OpKind::Transpose { input, perm })
-                };
+                            here(field), x.elements(), x.name, x.shape),
+                            );
+                        }
+                        (shape, OpKind::Reshape { input })
+                    } else {
+                        let r = x.shape.len();
+                        let mut seen = vec![false; r];
+                        let ok = v.len() == r
+                            && v.iter().all(|&a| {
+                                (0..r as i64).contains(&a) && !std::mem::replace(&mut seen[a as usize], true)
+                            });
+                        if !ok {
+                            return cx.err(
+                                list.span(),
+                                format!(
+                                    "{}: {v:?} is not a permutation of the {r} axes of `{}`",
+                                    here(field),
+                                    x.name
+                                ),
+                            );
+                        }
+                        let perm: Vec<usize> = v.iter().map(|&a| a as usize).collect();
+                        (perm.iter().map(|&a| x.shape[a]).collect(), OpKind::Transpose { input, perm })
+                    };
                 g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: x.scale });
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: kind_op, output });
@@ -558,13 +580,41 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: OpKind::Softmax { input }, output });
             }
-            other => {
-                return cx.err(
+            name => {
+                let Some(func) = MapFn::from_name(name) else {
+                    return cx.err(
                     op.op.span(),
                     format!(
-                    "op {i}: unknown op `{other}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, reshape, transpose)"
+                    "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, \
+                     reshape, transpose, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow)"
                 ),
-                )
+                );
+                };
+                let exponent = if func == MapFn::Pow {
+                    only(&["op", "input", "output", "dtype", "exponent"])?;
+                    match &op.exponent {
+                        Some(e) if e.get_ref().is_finite() => *e.get_ref() as f32,
+                        Some(e) => {
+                            return cx.err(e.span(), format!("{}: must be a finite number", here("exponent")))
+                        }
+                        None => return cx.err(sop.span(), format!("op {i} (pow): missing field `exponent`")),
+                    }
+                } else {
+                    only(&["op", "input", "output", "dtype"])?;
+                    1.0
+                };
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let from = g.tensor(input).dtype;
+                if from != DType::F16 || to != DType::F16 {
+                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
+                        "{}: unsupported dtype combination: {name} {} → {} (supported: f16 → f16, f32 arithmetic)",
+                        here("dtype"), from.name(), to.name()));
+                }
+                let shape = g.tensor(input).shape.clone();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Map { input, func, exponent }, output });
             }
         }
     }

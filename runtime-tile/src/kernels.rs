@@ -85,6 +85,7 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         SplatF16(BinaryOp::Add, true) => "k_add_splat_a_f16",
         SplatF16(BinaryOp::Sub, true) => "k_sub_splat_a_f16",
         SplatF16(BinaryOp::Mul, true) => "k_mul_splat_a_f16",
+        MapF16(func) => crate::map::label(func),
     }
 }
 
@@ -299,6 +300,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         GeluF16 => return GELU_F16.replace("{GELU_BODY}", &gelu_body()),
         GeluErfF16 => return GELU_ERF_F16.replace("{HALF}", &gelu_erf_half()).replace("{NAME}", label(k)),
         BinaryF16(op) => (ROWS_BINARY, binary_mnemonic(op)),
+        MapF16(func) => return crate::map::text(func),
         SplatF16(op, splat_a) => {
             let (full, last) =
                 if splat_a { ("$a4, $a6, $a0", "$a4, $a8, $a0") } else { ("$a4, $a0, $a6", "$a4, $a0, $a8") };

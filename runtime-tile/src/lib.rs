@@ -7,4 +7,5 @@ extern crate alloc;
 pub mod asm;
 pub mod kernels;
 pub mod layernorm;
+pub mod map;
 pub mod runtime;

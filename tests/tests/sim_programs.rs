@@ -53,6 +53,18 @@ fn f32_square_root_and_reciprocal_are_correctly_rounded() {
 }
 
 #[test]
+fn f32_natural_logarithm_matches_numpy_float32() {
+    let (mut dev, prog, r) = run_one(include_str!("../programs/f32_ln.s"));
+    assert_eq!(r.expect("runs").cycle, 218);
+    let d = prog.sym("data");
+    // NumPy float32 np.log: ln 2 = 0x3F317218, ln 0.5 = 0xBF317218, ln 10 = 0x40135D8E, ln 0 = −inf.
+    let got: Vec<u32> = (0..5).map(|i| read_u32(&mut dev, 0, d + 20 + 4 * i)).collect();
+    assert_eq!(got[..4], [0x3F31_7218, 0xBF31_7218, 0x4013_5D8E, 0xFF80_0000]);
+    // ln −1 is a NaN.
+    assert!(f32::from_bits(got[4]).is_nan());
+}
+
+#[test]
 fn fp8_conversion_codes() {
     let (mut dev, prog, r) = run_one(include_str!("../programs/fp8_convert.s"));
     r.expect("runs");

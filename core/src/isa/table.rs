@@ -162,6 +162,8 @@ table! {
         [a("dst", 0), a("a", 4), a("b", 8)], x::f32div;
     F32Exp = "f32exp", 0xC600_0000, Arf, Any, Cost::Fixed(2), Model, [a("dst", 0), a("src", 4)], x::f32exp;
     F32Sqrt = "f32sqrt", 0xC700_0000, Arf, Any, Cost::Fixed(2), Model, [a("dst", 0), a("src", 4)], x::f32sqrt;
+    // `f32ln` is an ipu2 f32 instruction (docs/target.md §4.6); its encoding here is ours.
+    F32Ln = "f32ln", 0xD400_0000, Arf, Any, Cost::Fixed(2), Model, [a("dst", 0), a("src", 4)], x::f32ln;
     F32v2Add = "f32v2add", 0xC800_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f32v2add;
     F32v2Mul = "f32v2mul", 0xC900_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f32v2mul;
     F16v4Add = "f16v4add", 0xCA00_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f16v4add;

@@ -53,6 +53,7 @@ fn row_input(kind: &OpKind) -> TensorId {
         OpKind::Cast { input } | OpKind::Softmax { input } => *input,
         OpKind::Binary { a, .. } => *a,
         OpKind::Gelu { input, .. }
+        | OpKind::Map { input, .. }
         | OpKind::LayerNorm { input, .. }
         | OpKind::Reshape { input }
         | OpKind::Transpose { input, .. } => *input,
@@ -76,11 +77,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 .into(),
         );
     }
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::Binary { .. } | OpKind::Gelu { .. }))
+    if let Some(i) = g
+        .ops
+        .iter()
+        .position(|o| matches!(o.kind, OpKind::Binary { .. } | OpKind::Gelu { .. } | OpKind::Map { .. }))
     {
         return unsupported(
             i,
-            "add, sub, mul and gelu are planned on their own rows (`elementwise.rs`) or as a matmul's \
+            "add, sub, mul, gelu and the elementwise functions are planned on their own rows (`elementwise.rs`) or as a matmul's \
              epilogue, not inside a row chain"
                 .into(),
         );
@@ -201,6 +205,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 }
                 OpKind::Binary { .. }
                 | OpKind::Gelu { .. }
+                | OpKind::Map { .. }
                 | OpKind::LayerNorm { .. }
                 | OpKind::Reshape { .. }
                 | OpKind::Transpose { .. } => unreachable!("refused above"),
@@ -558,6 +563,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                     OpKind::Binary { .. }
                     | OpKind::Gelu { .. }
+                    | OpKind::Map { .. }
                     | OpKind::LayerNorm { .. }
                     | OpKind::Reshape { .. }
                     | OpKind::Transpose { .. } => {

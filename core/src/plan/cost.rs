@@ -35,6 +35,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         }
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         Kernel::GeluErfF16 => gelu_erf_issues(count as u64, 1),
+        Kernel::MapF16(func) => super::map::issues(func, count as u64, 0, 1),
         Kernel::BinaryF16(_) => binary_rows_issues(1, count as u64),
         Kernel::SplatF16(..) => splat_rows_issues(1, count as u64),
         // shl, add, 4×ld32, brz (7); prologue 5; add, rpt; one bundle per chunk after the first;

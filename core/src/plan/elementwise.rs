@@ -1,5 +1,5 @@
 //! Elementwise ops on their own rows (docs/graph-planner.md "Row ops"): `add`, `sub`, `mul` with
-//! NumPy broadcasting and `gelu` (either form), where no matmul before them takes them into its
+//! NumPy broadcasting, `gelu` (either form) and the functions of `OpKind::Map` (tanh, exp, …), where no matmul before them takes them into its
 //! epilogue — the residual add of a layer-normalised stream, a gate, a GeLU after a layernorm.
 //! The output's rows (all leading dimensions flattened) are split over tiles as `rows.rs` splits
 //! a layernorm's, each row packed to a multiple of four values (8-byte aligned, zero padding, so
@@ -35,7 +35,7 @@ const MAX_CHUNKS: u64 = crate::target::RPT_MAX_COUNT as u64;
 /// Whether op `op` is planned here: a binary op or a gelu (the stage planner asks after the
 /// matmul epilogue declined it).
 pub fn is_elementwise(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::Binary { .. } | OpKind::Gelu { .. })
+    matches!(g.ops[op].kind, OpKind::Binary { .. } | OpKind::Gelu { .. } | OpKind::Map { .. })
 }
 
 /// The rows of a tensor of `shape`: (rows, values per row, bytes per packed row).
@@ -263,11 +263,34 @@ fn separate_output(g: &Graph, operand: crate::graph::TensorId, result: crate::gr
     g.is_source(operand) && g.outputs.contains(&result)
 }
 
-/// Plan op `op` (a gelu) of `g` on up to `tiles` tiles, in place over its rows (after a copy when
-/// the input and the result are both the host's, `separate_output`).
-pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
-    let OpKind::Gelu { input, form } = g.ops[op].kind else {
-        return Err(PlanError::Unsupported(op, "not a gelu".into()));
+/// Plan op `op` (a gelu or an elementwise function, `OpKind::Map`) of `g` on up to `tiles` tiles,
+/// in place over its rows (after a copy when the input and the result are both the host's,
+/// `separate_output`).
+pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
+    // The kernel, the chunks its loop takes, its constant words and issues for a worker's chunks
+    // [c0, c1) of `rows` rows whose last chunk holds `d % 4` values (`map_f16` does those one by
+    // one after its loop, `map.rs`).
+    type KernelOf = dyn Fn(u64, u64, u64) -> (Kernel, u64, Vec<Word>, u64);
+    let d = g.ops[op].kind.operands().first().map_or(1, |&t| *g.tensor(t).shape.last().unwrap_or(&1));
+    let last_chunk = d.div_ceil(4);
+    let (input, kernel_of, what): (_, alloc::boxed::Box<KernelOf>, _) = match g.ops[op].kind {
+        OpKind::Gelu { input, form } => {
+            let of = move |c0: u64, c1: u64, rows| {
+                let (k, words, issues) = gelu_kernel(form, c1 - c0, rows);
+                (k, c1 - c0, words, issues)
+            };
+            (input, alloc::boxed::Box::new(of), "gelu")
+        }
+        OpKind::Map { input, func, exponent } => {
+            let of = move |c0: u64, c1: u64, rows| {
+                let tail = if c1 == last_chunk && c1 > c0 { d % 4 } else { 0 };
+                let full = c1 - c0 - u64::from(tail > 0);
+                let (k, words, issues) = super::map::kernel(func, exponent, full, tail, rows);
+                (k, full, words, issues)
+            };
+            (input, alloc::boxed::Box::new(of), func.name())
+        }
+        _ => return Err(PlanError::Unsupported(op, "not a gelu or an elementwise function".into())),
     };
     let (rows_total, d, stride) = rows_of(&g.tensor(input).shape);
     let chunks = stride / 8;
@@ -275,7 +298,7 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    let kernel = gelu_kernel(form, 0, 0).0;
+    let kernel = kernel_of(0, 0, 0).0;
     let out = if separate_output(g, input, g.ops[op].output) { "Y" } else { "X" };
     for i in 0..tm {
         let (r0, r1) = split(rows_total, tm, i);
@@ -290,10 +313,10 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         let mut words = Vec::new();
         let mut issues = 0;
         for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
-            let (_, constants, n) = gelu_kernel(form, c1 - c0, w1 - w0);
+            let (_, loop_chunks, constants, n) = kernel_of(c0, c1, w1 - w0);
             words.extend([
                 Word::Sym(out.into(), (w0 * stride + c0 * 8) as u32),
-                Word::Const((c1 - c0) as u32),
+                Word::Const(loop_chunks as u32),
                 Word::Const(stride as u32),
                 Word::Const((w1 - w0) as u32),
             ]);
@@ -303,7 +326,7 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         }
         p.steps.push(super::Step::Phase(super::op_phase(g, op)));
         if out == "Y" {
-            // The gelu kernels work in place: the input is copied to the output first.
+            // The gelu and map kernels work in place: the input is copied to the output first.
             let words = (rows * stride / 4) as u32;
             let segs = (0..words)
                 .step_by(COPY_MAX_WORDS as usize)
@@ -323,7 +346,7 @@ pub fn gelu(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
     let mapping =
-        format!("gelu rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}", rows_total.div_ceil(tm));
+        format!("{what} rows={rows_total} D={d} tiles={tm} rows per tile ≤ {}", rows_total.div_ceil(tm));
     Ok(Plan::compute_only(plans, bindings, tm as u32, mapping, grids))
 }
 

@@ -10,6 +10,7 @@ pub mod elementwise;
 mod epilogue;
 pub mod exchange;
 pub mod liveness;
+pub mod map;
 pub mod matmul;
 pub mod profile;
 pub mod redistribute;
@@ -149,6 +150,9 @@ pub enum Kernel {
     /// `out = a ∘ b` over f16 rows where `a` (`true`) or `b` (`false`) is one value per row or one
     /// value in all, splat across the row (descriptor: 64 bytes per worker, `elementwise.rs`).
     SplatF16(BinaryOp, bool),
+    /// `x = f(x)` in place over blocks of f16, f32 arithmetic (descriptor: ptr, 4-value chunks
+    /// per block, block stride, blocks, the function's constants; 64 bytes; `map.rs`).
+    MapF16(crate::graph::MapFn),
 }
 
 /// One step of a tile's `run` call.
@@ -383,6 +387,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Softmax { .. } => "softmax",
         OpKind::Binary { op, .. } => op.name(),
         OpKind::Gelu { .. } => "gelu",
+        OpKind::Map { func, .. } => func.name(),
         OpKind::LayerNorm { .. } => "layernorm",
         OpKind::Reshape { .. } => "reshape",
         OpKind::Transpose { .. } => "transpose",
@@ -638,6 +643,7 @@ fn plan_matmul(
         | OpKind::Softmax { .. }
         | OpKind::Binary { .. }
         | OpKind::Gelu { .. }
+        | OpKind::Map { .. }
         | OpKind::LayerNorm { .. }
         | OpKind::Reshape { .. }
         | OpKind::Transpose { .. } => {

@@ -246,8 +246,8 @@ pub fn plan(
             (super::transpose::plan(&sub, 0, opts.tiles), false)
         } else if let OpKind::Binary { .. } = g.ops[ops[0]].kind {
             (super::elementwise::binary(&sub, 0, opts.tiles), false)
-        } else if let OpKind::Gelu { .. } = g.ops[ops[0]].kind {
-            (super::elementwise::gelu(&sub, 0, opts.tiles), false)
+        } else if let OpKind::Gelu { .. } | OpKind::Map { .. } = g.ops[ops[0]].kind {
+            (super::elementwise::unary(&sub, 0, opts.tiles), false)
         } else if row_op(g, ops[0]) {
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {

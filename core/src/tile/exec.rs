@@ -441,6 +441,13 @@ pub(crate) fn f32exp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     Ok(Flow::Next)
 }
 
+/// Natural logarithm (`libm::logf`: the same bits on every host; −∞ at ±0, NaN below 0).
+pub(crate) fn f32ln(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let v = libm::logf(cx.af(a[1]));
+    cx.set_af(a[0], v);
+    Ok(Flow::Next)
+}
+
 /// IEEE-754 square root, correctly rounded (`libm::sqrtf`: the same bits on every host).
 pub(crate) fn f32sqrt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let v = libm::sqrtf(cx.af(a[1]));

@@ -13,6 +13,7 @@ use ipu_schema::DType;
 use rayon::prelude::*;
 
 mod layernorm;
+pub mod map;
 mod matmul;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
 use std::collections::BTreeMap;
@@ -322,6 +323,19 @@ pub fn evaluate(
                             + unit_roundoff(DType::F16) * (y.abs() + carried)
                             + underflow_error(DType::F16)
                     })
+                    .collect();
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+            }
+            OpKind::Map { input, func, exponent } => {
+                let (x, _) = get(*input)?;
+                let name = &g.tensor(*input).name;
+                let (ein, bin) = (&exact[name], &bound[name]);
+                let data = x.data.iter().map(|v| map::device(*func, *exponent, *v)).collect();
+                let ex: Vec<f64> = ein.iter().map(|v| map::exact(*func, *exponent, *v)).collect();
+                let bd = ex
+                    .iter()
+                    .zip(ein.iter().zip(bin))
+                    .map(|(y, (x, b))| map::bound(*func, *exponent, *x, *b, *y))
                     .collect();
                 (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }

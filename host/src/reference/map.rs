@@ -1,0 +1,108 @@
+//! The elementwise functions of `OpKind::Map` in the reference: each function as the kernel
+//! computes it (the f32 operations of docs/kernels.md `map_f16` in the kernel's order, libm's
+//! `expf`, `logf` and `sqrtf` as the simulator's `f32exp`, `f32ln` and `f32sqrt`), its f64
+//! definition, and the bound on the distance between the two.
+
+use ipu_core::graph::MapFn;
+use ipu_core::plan::map::ERF_CONSTANTS;
+use ipu_schema::DType;
+
+use super::{round, underflow_error, unit_roundoff};
+
+/// `f(h)` as `map_f16` computes it, rounded once to f16.
+pub fn device(func: MapFn, exponent: f32, h: f32) -> f32 {
+    let x = h;
+    let y = match func {
+        MapFn::Tanh => 1.0 - 2.0 / (libm::expf(x + x) + 1.0),
+        // The kernel multiplies by −1: the same bits as negating.
+        MapFn::Sigmoid => 1.0 / (libm::expf(-x) + 1.0),
+        MapFn::Exp => libm::expf(x),
+        MapFn::Log => libm::logf(x),
+        MapFn::Sqrt => libm::sqrtf(x),
+        MapFn::Reciprocal => 1.0 / x,
+        MapFn::Abs => libm::sqrtf(x * x),
+        MapFn::Erf => {
+            let [p, one, minus_one, a5, a4, a3, a2, a1, floor] = ERF_CONSTANTS;
+            let sq = x * x;
+            let ab = libm::sqrtf(sq);
+            let t = one / (ab * p + one);
+            let sign = x / ab.max(floor);
+            let e = libm::expf(sq * minus_one);
+            let q = ((((((((t * a5) + a4) * t) + a3) * t) + a2) * t) + a1) * t;
+            sign * (one - q * e)
+        }
+        MapFn::Pow => libm::expf(libm::logf(x) * exponent),
+    };
+    round(y, DType::F16)
+}
+
+/// `f(x)` in f64 from the definition.
+pub fn exact(func: MapFn, exponent: f32, x: f64) -> f64 {
+    match func {
+        MapFn::Tanh => x.tanh(),
+        MapFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        MapFn::Exp => x.exp(),
+        MapFn::Log => x.ln(),
+        MapFn::Sqrt => x.sqrt(),
+        MapFn::Reciprocal => 1.0 / x,
+        MapFn::Abs => x.abs(),
+        MapFn::Erf => libm::erf(x),
+        MapFn::Pow => x.powf(exponent as f64),
+    }
+}
+
+/// The f32 formula's own error at `x` (result `y`), before the f16 rounding: one ulp for libm's
+/// `expf`/`logf`, half an ulp per rounded operation, Abramowitz & Stegun's 1.5e−7 for erf. Each
+/// is checked against the f64 definition on every f16 input (`tests/tests/map.rs`).
+fn formula_error(func: MapFn, exponent: f32, x: f64, y: f64) -> f64 {
+    let ulp = 2f64.powi(-24);
+    match func {
+        // 1 − q with q = 2/(e + 1) ≤ 2: four roundings and expf's ulp, each ≤ 2 ulps of 1.
+        MapFn::Tanh => 16.0 * ulp,
+        MapFn::Sigmoid => 8.0 * ulp * y.abs(),
+        MapFn::Exp | MapFn::Log => 2.0 * ulp * y.abs(),
+        MapFn::Sqrt | MapFn::Reciprocal => ulp * y.abs(),
+        MapFn::Abs => 0.0,
+        MapFn::Erf => 1.5e-7 + 40.0 * ulp,
+        // e^{c·ln x}: ln's ulp and the product's rounding move the exponent by ≤ 3 ulps of it,
+        // which is that much relative error in y, then expf's own ulp.
+        MapFn::Pow if y == 0.0 => 0.0,
+        MapFn::Pow => y.abs() * ulp * (4.0 * (exponent as f64 * x.ln()).abs() + 4.0),
+    }
+}
+
+/// Where the function's argument `t` leaves its domain (NaN) or meets a pole.
+fn singular(func: MapFn, t: f64) -> bool {
+    match func {
+        MapFn::Log | MapFn::Sqrt | MapFn::Pow => t <= 0.0,
+        MapFn::Reciprocal => t == 0.0,
+        _ => false,
+    }
+}
+
+/// The bound on `|device − f(x)|` when the input is within `b` of the exact `x` and the f64
+/// result is `y`: how far f moves over `[x − b, x + b]` (every function is monotone there, or
+/// 1-Lipschitz for abs; unbounded when the interval meets a pole or leaves the domain), the
+/// formula's error and one f16 rounding (unbounded where that rounding can overflow).
+pub fn bound(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
+    if y.is_nan() && b == 0.0 {
+        return 0.0;
+    }
+    let carried = if b == 0.0 {
+        0.0
+    } else if func == MapFn::Abs {
+        b
+    } else if singular(func, x - b) && !singular(func, x + b)
+        || func == MapFn::Reciprocal && x - b < 0.0 && x + b > 0.0
+    {
+        f64::INFINITY
+    } else {
+        let d = (exact(func, exponent, x + b) - y).abs().max((exact(func, exponent, x - b) - y).abs());
+        d * (1.0 + 1e-12)
+    };
+    let total = carried + formula_error(func, exponent, x, y);
+    if y.abs() + total >= 65520.0 {
+        return f64::INFINITY;
+    }
+    total + unit_roundoff(DType::F16) * (y.abs() + total) + underflow_error(DType::F16)
+}
