@@ -164,8 +164,31 @@ def gemm_const_a(g):
     return [tensor(x, [40, 8])], {"y": y}
 
 
+def unfamiliar(g):
+    # Elementwise compositions no fused kernel computes: each step becomes an op of its own.
+    x = "x"
+    h = g.linear(x, 32, 48)
+    one = g.const(np.float32(1.0))
+    silu = g.op("Mul", [h, g.op("Sigmoid", [h])])
+    ratio = g.op("Div", [g.op("Tanh", [h]), g.op("Add", [g.op("Mul", [h, h]), one])])
+    root = g.op("Sqrt", [g.op("Add", [g.op("Pow", [h, g.const(np.float32(2.0))]), one])])
+    decay = g.op("Exp", [g.op("Neg", [g.op("Abs", [h])])])
+    half_erf = g.op("Mul", [g.op("Erf", [h]), g.const(np.float32(0.5))])
+    softplus = g.op("Log", [g.op("Add", [g.op("Exp", [h]), one])])
+    power = g.op("Pow", [g.op("Add", [g.op("Abs", [h]), one]), g.const(np.float32(1.5))])
+    cube = g.op("Pow", [h, g.const(np.float32(3.0))])
+    terms = [silu, ratio, root, decay, half_erf, softplus, power, cube]
+    total = terms[0]
+    for t in terms[1:]:
+        total = g.op("Add", [total, t])
+    # A division by another computed tensor.
+    gate = g.op("Add", [g.op("Abs", [g.linear(x, 32, 48)]), one])
+    y = g.linear(g.op("Div", [total, gate]), 48, 16)
+    return [tensor(x, [1, 7, 32])], {"y": y}
+
+
 MODELS = {"mlp": mlp, "layernorm": layernorm, "gelu": gelu, "attention": attention, "patch": patch,
-          "patch_crop": patch_crop, "gemm": gemm, "gemm_const_a": gemm_const_a}
+          "patch_crop": patch_crop, "gemm": gemm, "gemm_const_a": gemm_const_a, "unfamiliar": unfamiliar}
 EXTERNAL = {"attention"}
 
 

@@ -108,3 +108,16 @@ fn a_pow_without_its_exponent_and_unknown_ops_are_refused_by_name() {
     let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("unknown op `cosh`") && e.contains("tanh, sigmoid, exp"), "{e}");
 }
+
+#[test]
+fn a_square_reads_one_operand_twice() {
+    // `mul X X` (what an imported `Pow(x, 2)` becomes): one buffer bound once, read as both
+    // operands, on tiles with whole rows and with rows shared by the workers.
+    let src = "name = \"sq\"\noutputs = [\"Y\"]\n[inputs.X]\ndtype = \"f16\"\nshape = [9, 37]\n[[ops]]\nop = \"exp\"\n\
+               input = \"X\"\noutput = \"E\"\ndtype = \"f16\"\n[[ops]]\nop = \"mul\"\na = \"E\"\nb = \"E\"\n\
+               output = \"Y\"\ndtype = \"f16\"\n";
+    for tiles in [1, 4] {
+        let (out, _) = common::build_and_run(src, tiles, None, 5, 1);
+        assert!(out.compared_elements > 0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+    }
+}

@@ -6,7 +6,8 @@
 //! - small models in the forms torch writes (`scripts/onnx_models.py`: MLP with erf GeLU,
 //!   decomposed LayerNorm, tanh GeLU, attention with the reshape/transpose dance and shape
 //!   arithmetic on external data, patch-embedding Conv with and without a cropped border, Gemm with
-//!   a constant B and with a transposed constant A),
+//!   a constant B and with a transposed constant A, and elementwise compositions no fused kernel
+//!   computes — SiLU, softplus, x^1.5, a division by a computed tensor — written step by step),
 //!   against onnxruntime;
 //! - refusals of what the importer does not take, each naming the node, op and opset.
 //!
@@ -126,7 +127,7 @@ fn small_models_in_torch_forms_match_onnxruntime() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let models: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
-    assert_eq!(models.len(), 8, "{files:?}");
+    assert_eq!(models.len(), 9, "{files:?}");
     for model in models {
         let stem = model.file_stem().unwrap().to_string_lossy().to_string();
         let pick = |kind: &str| -> BTreeMap<String, PathBuf> {
@@ -150,6 +151,13 @@ fn small_models_in_torch_forms_match_onnxruntime() {
                 "{toml}"
             );
             assert!(toml.contains("gamma = ") && toml.contains("beta = "), "{toml}");
+        }
+        if stem == "unfamiliar" {
+            // Compositions no fused kernel computes are written step by step, each function an op.
+            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
+            for f in ["sigmoid", "tanh", "reciprocal", "sqrt", "exp", "abs", "erf", "log", "pow"] {
+                assert!(toml.contains(&format!("op = \"{f}\"")), "{f} missing:\n{toml}");
+            }
         }
         let (inputs, refs) = (pick("in"), pick("ref"));
         assert!(!inputs.is_empty() && !refs.is_empty(), "{stem}");

@@ -144,9 +144,13 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     // The result is written over an operand laid out like it — unless that operand is bound by
     // the host and the result is read by it: the host fills outputs with NaN before a run (a
     // result nothing wrote must not pass) and would overwrite the operand.
+    // `x ∘ x` (a square): one buffer read as both operands (a redistribution cannot deliver
+    // the same bytes to one tile twice, and there is no need to).
+    let same = a == b;
+    let buffer = |k: usize| ["A", "B"][if same { 0 } else { k }];
     let y = g.ops[op].output;
     let own = reads[stream] != Read::Rows || separate_output(g, [a, b][stream], y);
-    let out_buffer = if own { "Y" } else { ["A", "B"][stream] };
+    let out_buffer = if own { "Y" } else { buffer(stream) };
     let tm = (tiles as u64).min(rows_total).max(1);
     let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
@@ -156,6 +160,9 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         let (tile, rows) = (i as u16, r1 - r0);
         let p = &mut plans[tile as usize];
         for (k, (&t, name)) in [a, b].iter().zip(["A", "B"]).enumerate() {
+            if same && k == 1 {
+                continue;
+            }
             let from = &g.tensor(t).shape;
             let from_lead = &from[..from.len().saturating_sub(1)];
             let (bytes, tile_stride, tensor_row) = match reads[k] {
@@ -200,7 +207,7 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             let at = |k: usize| {
                 let step = reads[k].step(stride);
                 let column = if matches!(reads[k], Read::Splat { .. }) { 0 } else { c0 * 8 };
-                Word::Sym(["A", "B"][k].into(), (w0 * step + column) as u32)
+                Word::Sym(buffer(k).into(), (w0 * step + column) as u32)
             };
             let out_at = Word::Sym(out_buffer.into(), (w0 * stride + c0 * 8) as u32);
             let n = if c1 > c0 { w1 - w0 } else { 0 };
@@ -245,8 +252,11 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     }
     let [sa, sb, sy] = slices;
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
-    let bindings =
-        vec![bind(a, Direction::Input, sa), bind(b, Direction::Input, sb), bind(y, Direction::Output, sy)];
+    let mut bindings = vec![bind(a, Direction::Input, sa)];
+    if !same {
+        bindings.push(bind(b, Direction::Input, sb));
+    }
+    bindings.push(bind(y, Direction::Output, sy));
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [tm as u32, 1, 1];
     let mapping = format!(

@@ -14,7 +14,7 @@ pub enum Expr {
     X,
     /// A scalar constant.
     C(f64),
-    /// A unary ONNX op (`Tanh`, `Erf`, `Sqrt`, `Exp`, `Neg`, `Abs`, `Reciprocal`).
+    /// A unary ONNX op (`Tanh`, `Erf`, `Sqrt`, `Exp`, `Log`, `Sigmoid`, `Neg`, `Abs`, `Reciprocal`).
     Un(&'static str, Rc<Expr>),
     /// A binary ONNX op (`Add`, `Sub`, `Mul`, `Div`, `Pow`).
     Bin(&'static str, Rc<Expr>, Rc<Expr>),
@@ -51,6 +51,8 @@ impl Expr {
                     "Neg" => -a,
                     "Abs" => a.abs(),
                     "Reciprocal" => 1.0 / a,
+                    "Log" => a.ln(),
+                    "Sigmoid" => 1.0 / (1.0 + (-a).exp()),
                     _ => f64::NAN,
                 }
             }

@@ -144,6 +144,8 @@ pub fn unary(op: &str, a: &Const) -> Result<Const, String> {
             "Exp" => x.exp(),
             "Tanh" => x.tanh(),
             "Reciprocal" => 1.0 / x,
+            "Log" => x.ln(),
+            "Sigmoid" => 1.0 / (1.0 + (-x).exp()),
             "Erf" => libm::erff(x),
             "Floor" => x.floor(),
             "Ceil" => x.ceil(),

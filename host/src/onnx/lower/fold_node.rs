@@ -23,9 +23,8 @@ impl Lower<'_, '_> {
             "Cast" => fold::cast(&*x()?, attrs.int("to").unwrap_or(1))?,
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Equal" | "Less" | "Greater" | "Max" | "Min"
             | "And" | "Or" => fold::binary(op, &*x()?, &*y()?)?,
-            "Sqrt" | "Neg" | "Abs" | "Exp" | "Tanh" | "Reciprocal" | "Erf" | "Floor" | "Ceil" | "Not" => {
-                fold::unary(op, &*x()?)?
-            }
+            "Sqrt" | "Neg" | "Abs" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Reciprocal" | "Erf" | "Floor"
+            | "Ceil" | "Not" => fold::unary(op, &*x()?)?,
             "Transpose" => fold::transpose(&*x()?, &attrs.ints("perm").unwrap_or_default())?,
             "Gather" => fold::gather(&*x()?, &*y()?, attrs.int("axis").unwrap_or(0))?,
             "Concat" => {

@@ -1,6 +1,7 @@
 //! Lowering ONNX nodes, in file order, onto the graph IR (docs/onnx.md "Steps"): the state, the
 //! node dispatch and the outputs here; folding, computed ops, views and matmuls in submodules.
 
+mod compose;
 mod fold_node;
 mod ops;
 mod runtime;
@@ -21,7 +22,8 @@ use std::rc::Rc;
 
 /// The ops the importer takes, for refusals.
 pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kernel, no padding), Add, Sub, Mul, Div, \
-Pow, Sqrt, Erf, Tanh, Exp, Neg, Abs, Reciprocal (as scalings, the tanh/erf GeLU and a decomposed LayerNorm), Gelu, \
+Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal (fused where recognised: scalings, the tanh/erf GeLU, \
+a decomposed LayerNorm; else one elementwise op per step), Gelu, \
 LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast; \
 on constants and shapes also Shape, Gather, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
@@ -101,6 +103,9 @@ pub struct Lower<'a, 'b> {
     pending: BTreeMap<String, &'a TensorProto>,
     /// Matmuls written now stay f16 whatever `--weights` says (the exact selections of a crop).
     f16_only: bool,
+    /// A composition is being written step by step (`compose.rs`): no scaling folds into a
+    /// matmul's alpha.
+    no_fold: bool,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -141,6 +146,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             folded: BTreeMap::new(),
             uses: BTreeMap::new(),
             f16_only: false,
+            no_fold: false,
             fp8_casts: BTreeMap::new(),
             written: BTreeMap::new(),
             affine_open: BTreeMap::new(),
@@ -273,7 +279,9 @@ impl<'a, 'b> Lower<'a, 'b> {
                 );
                 Ok(out)
             }
-            Form::Affine(a, b) if b == 0.0 && self.fold_into_matmul(&r.t, a) => Ok(r.t.clone()),
+            Form::Affine(a, b) if b == 0.0 && !self.no_fold && self.fold_into_matmul(&r.t, a) => {
+                Ok(r.t.clone())
+            }
             Form::Affine(a, b) => {
                 let mut t = r.t.clone();
                 for (op, v, skip) in [("mul", a, 1.0), ("add", b, 0.0)] {
@@ -287,12 +295,7 @@ impl<'a, 'b> Lower<'a, 'b> {
                 }
                 Ok(t)
             }
-            Form::Unknown => Err(format!(
-                "{at}: the elementwise composition {} of `{}` is not one the device has a kernel for \
-                 (recognised: scalings, shifts, the tanh and erf GeLU)",
-                r.e.text(),
-                r.t
-            )),
+            Form::Unknown => self.write_steps(r, at),
         }
     }
 

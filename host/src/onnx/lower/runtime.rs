@@ -67,7 +67,8 @@ impl Lower<'_, '_> {
                 self.run(node, t, shape);
             }
             "Add" | "Mul" if self.fuse_affine(node, ins) => {}
-            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Neg" | "Abs" | "Reciprocal" => {
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Neg" | "Abs" | "Reciprocal"
+            | "Log" | "Sigmoid" => {
                 self.elementwise(node, ins, at)?
             }
             "Gelu" => {
@@ -294,11 +295,25 @@ impl Lower<'_, '_> {
         at: &str,
     ) -> Result<(), String> {
         let op = node.op_type.as_str();
-        let op: &'static str =
-            ["Add", "Sub", "Mul", "Div", "Pow", "Tanh", "Erf", "Sqrt", "Exp", "Neg", "Abs", "Reciprocal"]
-                .into_iter()
-                .find(|o| *o == op)
-                .unwrap_or("Add");
+        let op: &'static str = [
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Pow",
+            "Tanh",
+            "Erf",
+            "Sqrt",
+            "Exp",
+            "Neg",
+            "Abs",
+            "Reciprocal",
+            "Log",
+            "Sigmoid",
+        ]
+        .into_iter()
+        .find(|o| *o == op)
+        .unwrap_or("Add");
         let runs: Vec<&Run> =
             ins.iter().filter_map(|v| if let Some(Val::R(r)) = v { Some(r) } else { None }).collect();
         let base = runs[0];
@@ -335,12 +350,9 @@ impl Lower<'_, '_> {
         for (k, v) in ins.iter().enumerate() {
             match v {
                 Some(Val::R(r)) => {
-                    if op == "Div" && k == 1 {
-                        return Err(format!(
-                            "{at}: division by a tensor computed on the chip is not supported"
-                        ));
-                    }
-                    names.push(self.tensor(r, at)?);
+                    let t = self.tensor(r, at)?;
+                    // a / b = a · (1/b)
+                    names.push(if op == "Div" && k == 1 { self.reciprocal(&t) } else { t });
                     shapes.push(r.shape.clone());
                 }
                 Some(Val::C(c)) => {
