@@ -159,6 +159,28 @@ impl External<'_> {
     }
 }
 
+impl External<'_> {
+    /// Drop this process's pages of `[offset, offset + length)` of `location` once its values are
+    /// decoded: the mapping is read-only and file-backed, so they stay in the page cache and are
+    /// read again if the range is needed again, but a 2 GB weight file no longer sits in the
+    /// import's resident memory beside its decoded copy (`benches/benches/onnx_import.rs`).
+    #[allow(unsafe_code)]
+    fn release(&self, location: &str, offset: u64, length: u64) {
+        if let Some(map) = self.maps.get(location) {
+            // SAFETY: no slice of the range is alive (the values were copied out), and
+            // MADV_DONTNEED on a private read-only file mapping only discards pages that the
+            // next access reads back from the file: the contents seen do not change.
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    offset as usize,
+                    length as usize,
+                )
+            };
+        }
+    }
+}
+
 #[allow(unsafe_code)]
 fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     // SAFETY: the mapping is read-only and lives while the import runs; a file changed under us
@@ -182,6 +204,7 @@ pub fn decode(t: &TensorProto, ext: &mut External) -> Result<Const, String> {
         data_type::UINT8 | data_type::INT8 | data_type::BOOL => 1,
         other => return Err(format!("data type {} is not supported", data_type::name(other))),
     };
+    let mut external = None;
     let raw: Option<&[u8]> = if t.data_location == 1 {
         let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
         let location = get("location").ok_or("external data without a `location`")?;
@@ -191,7 +214,9 @@ pub fn decode(t: &TensorProto, ext: &mut External) -> Result<Const, String> {
                 .transpose()
         };
         let (offset, length) = (num("offset")?.unwrap_or(0), num("length")?);
-        Some(ext.bytes(location, offset, length)?)
+        let bytes = ext.bytes(location, offset, length)?;
+        external = Some((location, offset, bytes.len() as u64));
+        Some(bytes)
     } else if !t.raw_data.is_empty() || n == 0 {
         Some(&t.raw_data)
     } else {
@@ -221,6 +246,9 @@ pub fn decode(t: &TensorProto, ext: &mut External) -> Result<Const, String> {
             data_type::INT8 => Data::I(c.map(|b| b[0] as i8 as i64).collect()),
             _ => Data::I(c.map(|b| b[0] as i64).collect()),
         };
+        if let Some((location, offset, length)) = external {
+            ext.release(location, offset, length);
+        }
         return Ok(Const { shape, data });
     }
     let count = |len: usize| {
