@@ -245,6 +245,64 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
 }
 
 #[test]
+fn protobuf_bombs_are_refused_before_anything_large_is_allocated() {
+    let opts = ImportOptions::new();
+    // ir_version 9, then the graph field (7, length-delimited) claiming 2^62 bytes.
+    let mut bomb = vec![0x08, 0x09, 0x3a];
+    let mut len = 1u64 << 62;
+    while len >= 0x80 {
+        bomb.push((len as u8 & 0x7f) | 0x80);
+        len >>= 7;
+    }
+    bomb.push(len as u8);
+    let err = import_bytes(&bomb, &opts).unwrap_err();
+    assert!(err.contains("not a valid ONNX model"), "{err}");
+    // An initializer that claims 2^40 elements with 8 bytes of data, and a folded tensor of
+    // 2^40 elements (`ConstantOfShape`): refused by their sizes, not by running out of memory.
+    let huge = |name: &str| proto::TensorProto {
+        dims: vec![1 << 20, 1 << 20],
+        data_type: proto::data_type::FLOAT,
+        name: name.into(),
+        raw_data: vec![0u8; 8].into(),
+        ..Default::default()
+    };
+    let shape = proto::TensorProto {
+        dims: vec![2],
+        data_type: proto::data_type::INT64,
+        name: "shape".into(),
+        int64_data: vec![1 << 20, 1 << 20],
+        ..Default::default()
+    };
+    let node = |op: &str, input: &str| proto::NodeProto {
+        input: vec!["x".into(), input.into()],
+        output: vec!["y".into()],
+        name: "bomb".into(),
+        op_type: op.into(),
+        ..Default::default()
+    };
+    let model = |node: proto::NodeProto, init: proto::TensorProto| proto::ModelProto {
+        ir_version: 9,
+        opset_import: vec![proto::OperatorSetIdProto { domain: String::new(), version: 18 }],
+        producer_name: "test".into(),
+        graph: Some(proto::GraphProto {
+            node: vec![node],
+            name: "g".into(),
+            initializer: vec![init],
+            input: vec![proto::ValueInfoProto::float_tensor("x", &[2, 8])],
+            output: vec![proto::ValueInfoProto::float_tensor("y", &[2, 8])],
+        }),
+    };
+    let err = import_bytes(&model(node("Add", "w"), huge("w")).encode_to_vec(), &opts).unwrap_err();
+    assert!(err.contains("initializer `w`") && err.contains("too many elements"), "{err}");
+    let fill = proto::NodeProto { input: vec!["shape".into()], ..node("ConstantOfShape", "") };
+    let err = import_bytes(&model(fill, shape).encode_to_vec(), &opts).unwrap_err();
+    assert!(
+        err.contains("node `bomb` (ConstantOfShape") && err.contains("larger than the 33554432"),
+        "{err}"
+    );
+}
+
+#[test]
 fn external_data_must_lie_inside_its_file_below_the_model() {
     let weight = |location: &str, offset: &str, length: &str| proto::TensorProto {
         dims: vec![2, 2],
