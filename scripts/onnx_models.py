@@ -187,8 +187,19 @@ def unfamiliar(g):
     return [tensor(x, [1, 7, 32])], {"y": y}
 
 
+def select(g):
+    # Boxes of computed tensors: a Slice of tokens and columns, and a Gather of one token (a ViT's
+    # class token), each feeding a projection.
+    x = "x"
+    h = g.linear(x, 32, 48)
+    i64 = lambda v: g.const(np.array(v, np.int64))
+    part = g.op("Slice", [h, i64([1, 8]), i64([9, 40]), i64([1, 2])])
+    first = g.op("Gather", [h, g.const(np.array(0, np.int64))], axis=1)
+    return [tensor(x, [1, 10, 32])], {"part": g.linear(part, 32, 16), "first": g.linear(first, 48, 8)}
+
+
 MODELS = {"mlp": mlp, "layernorm": layernorm, "gelu": gelu, "attention": attention, "patch": patch,
-          "patch_crop": patch_crop, "gemm": gemm, "gemm_const_a": gemm_const_a, "unfamiliar": unfamiliar}
+          "patch_crop": patch_crop, "gemm": gemm, "gemm_const_a": gemm_const_a, "unfamiliar": unfamiliar, "select": select}
 EXTERNAL = {"attention"}
 
 

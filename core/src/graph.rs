@@ -91,6 +91,14 @@ pub enum OpKind {
         /// Source.
         input: TensorId,
     },
+    /// The box `starts .. starts + output shape` of the input (no data movement: a view, read
+    /// where the input's bytes are).
+    Slice {
+        /// Source.
+        input: TensorId,
+        /// First index kept on every axis.
+        starts: Vec<u64>,
+    },
     /// `output[i_perm[0], …] = input[i_0, …]`: axis `k` of the output is axis `perm[k]` of the input.
     Transpose {
         /// Source.
@@ -222,6 +230,7 @@ impl OpKind {
             | OpKind::Gelu { input, .. }
             | OpKind::Map { input, .. }
             | OpKind::Reshape { input }
+            | OpKind::Slice { input, .. }
             | OpKind::Transpose { input, .. } => alloc::vec![input],
             OpKind::LayerNorm { input, gamma, beta, .. } => {
                 core::iter::once(input).chain(gamma).chain(beta).collect()

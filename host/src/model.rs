@@ -99,6 +99,8 @@ struct RawOp {
     exponent: Option<Spanned<f64>>,
     shape: Option<Spanned<Vec<i64>>>,
     perm: Option<Spanned<Vec<i64>>>,
+    starts: Option<Spanned<Vec<i64>>>,
+    ends: Option<Spanned<Vec<i64>>>,
 }
 
 struct Ctx<'a> {
@@ -291,6 +293,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("exponent", op.exponent.is_some()),
             ("shape", op.shape.is_some()),
             ("perm", op.perm.is_some()),
+            ("starts", op.starts.is_some()),
+            ("ends", op.ends.is_some()),
         ];
         let only = |allowed: &[&str]| -> Result<(), ModelError> {
             match present.iter().find(|(name, set)| *set && !allowed.contains(name)) {
@@ -534,6 +538,47 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let output = TensorId(g.tensors.len() as u32 - 1);
                 g.ops.push(Op { kind: kind_op, output });
             }
+            "slice" => {
+                only(&["op", "input", "output", "dtype", "starts", "ends"])?;
+                let input = tensor(&op.input, "input", &g)?;
+                let to = dtype(&op.dtype, "dtype")?;
+                let x = g.tensor(input).clone();
+                if to != x.dtype {
+                    return cx.err(
+                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                        format!(
+                            "{}: a slice keeps the dtype: `{}` is {}",
+                            here("dtype"),
+                            x.name,
+                            x.dtype.name()
+                        ),
+                    );
+                }
+                let (Some(starts), Some(ends)) = (&op.starts, &op.ends) else {
+                    let name = if op.starts.is_none() { "starts" } else { "ends" };
+                    return cx.err(sop.span(), format!("op {i} (slice): missing field `{name}`"));
+                };
+                let (sv, ev) = (starts.get_ref(), ends.get_ref());
+                let r = x.shape.len();
+                let ok = sv.len() == r
+                    && ev.len() == r
+                    && (0..r).all(|k| 0 <= sv[k] && sv[k] < ev[k] && ev[k] as u64 <= x.shape[k]);
+                if !ok {
+                    return cx.err(
+                        starts.span().start..ends.span().end.max(starts.span().end),
+                        format!(
+                            "op {i} (slice): starts {sv:?} and ends {ev:?} must give, on each of the {r} axes of \
+                             `{}` {:?}, 0 ≤ start < end ≤ size",
+                            x.name, x.shape
+                        ),
+                    );
+                }
+                let shape = (0..r).map(|k| (ev[k] - sv[k]) as u64).collect();
+                let starts = sv.iter().map(|&v| v as u64).collect();
+                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: x.scale });
+                let output = TensorId(g.tensors.len() as u32 - 1);
+                g.ops.push(Op { kind: OpKind::Slice { input, starts }, output });
+            }
             "add" | "sub" | "mul" => {
                 only(&["op", "a", "b", "output", "dtype"])?;
                 let which = match kind {
@@ -586,7 +631,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     op.op.span(),
                     format!(
                     "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, \
-                     reshape, transpose, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow)"
+                     reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow)"
                 ),
                 );
                 };

@@ -7,7 +7,8 @@
 //!   decomposed LayerNorm, tanh GeLU, attention with the reshape/transpose dance and shape
 //!   arithmetic on external data, patch-embedding Conv with and without a cropped border, Gemm with
 //!   a constant B and with a transposed constant A, and elementwise compositions no fused kernel
-//!   computes — SiLU, softplus, x^1.5, a division by a computed tensor — written step by step),
+//!   computes — SiLU, softplus, x^1.5, a division by a computed tensor — written step by step,
+//!   and a Slice and a Gather of computed tensors),
 //!   against onnxruntime;
 //! - refusals of what the importer does not take, each naming the node, op and opset.
 //!
@@ -127,7 +128,7 @@ fn small_models_in_torch_forms_match_onnxruntime() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let models: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
-    assert_eq!(models.len(), 9, "{files:?}");
+    assert_eq!(models.len(), 10, "{files:?}");
     for model in models {
         let stem = model.file_stem().unwrap().to_string_lossy().to_string();
         let pick = |kind: &str| -> BTreeMap<String, PathBuf> {
@@ -151,6 +152,15 @@ fn small_models_in_torch_forms_match_onnxruntime() {
                 "{toml}"
             );
             assert!(toml.contains("gamma = ") && toml.contains("beta = "), "{toml}");
+        }
+        if stem == "patch_crop" || stem == "select" {
+            // Crops and boxes are slices read where the bytes are: one matmul per projection.
+            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
+            let matmuls = toml.matches("op = \"matmul\"").count();
+            assert!(
+                toml.contains("op = \"slice\"") && matmuls == if stem == "select" { 3 } else { 1 },
+                "{toml}"
+            );
         }
         if stem == "unfamiliar" {
             // Compositions no fused kernel computes are written step by step, each function an op.

@@ -56,6 +56,7 @@ fn row_input(kind: &OpKind) -> TensorId {
         | OpKind::Map { input, .. }
         | OpKind::LayerNorm { input, .. }
         | OpKind::Reshape { input }
+        | OpKind::Slice { input, .. }
         | OpKind::Transpose { input, .. } => *input,
     }
 }
@@ -68,12 +69,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             "layernorm is planned on its own rows (`rows.rs`), not inside a row chain".into(),
         );
     }
-    if let Some(i) =
-        g.ops.iter().position(|o| matches!(o.kind, OpKind::Reshape { .. } | OpKind::Transpose { .. }))
-    {
+    if let Some(i) = g.ops.iter().position(|o| {
+        matches!(o.kind, OpKind::Reshape { .. } | OpKind::Slice { .. } | OpKind::Transpose { .. })
+    }) {
         return unsupported(
             i,
-            "reshape and transpose are planned between stages (views and transposes), not inside a row chain"
+            "reshape, slice and transpose are planned between stages (views and transposes), not inside a row chain"
                 .into(),
         );
     }
@@ -208,6 +209,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 | OpKind::Map { .. }
                 | OpKind::LayerNorm { .. }
                 | OpKind::Reshape { .. }
+                | OpKind::Slice { .. }
                 | OpKind::Transpose { .. } => unreachable!("refused above"),
             }
         } else {
@@ -566,6 +568,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     | OpKind::Map { .. }
                     | OpKind::LayerNorm { .. }
                     | OpKind::Reshape { .. }
+                    | OpKind::Slice { .. }
                     | OpKind::Transpose { .. } => {
                         unreachable!("refused above")
                     }

@@ -390,6 +390,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Map { func, .. } => func.name(),
         OpKind::LayerNorm { .. } => "layernorm",
         OpKind::Reshape { .. } => "reshape",
+        OpKind::Slice { .. } => "slice",
         OpKind::Transpose { .. } => "transpose",
     };
     alloc::format!("{kind} {}", graph.tensor(op.output).name)
@@ -646,6 +647,7 @@ fn plan_matmul(
         | OpKind::Map { .. }
         | OpKind::LayerNorm { .. }
         | OpKind::Reshape { .. }
+        | OpKind::Slice { .. }
         | OpKind::Transpose { .. } => {
             unreachable!("checked above")
         }

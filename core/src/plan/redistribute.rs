@@ -68,14 +68,45 @@ fn rows(slices: &[SliceRef]) -> Vec<Row<'_>> {
     v
 }
 
-/// How a tensor's bytes come from another tensor's without computing: reshapes (the same bytes)
-/// and transposes that keep the last axis (runs of the last axis move whole). Empty: identity.
+/// How a tensor's bytes come from another tensor's without computing: reshapes (the same bytes),
+/// transposes that keep the last axis (runs of the last axis move whole) and slices (runs of the
+/// kept part of the last axis). Empty: identity.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
-    /// Transposes from the held tensor towards the read one: input shape and permutation.
-    pub steps: Vec<(Vec<u64>, Vec<usize>)>,
+    /// Steps from the held tensor towards the read one.
+    pub steps: Vec<ViewStep>,
     /// Bytes per element.
     pub elt: u64,
+}
+
+/// One step of a [`View`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewStep {
+    /// A transpose: axis k of the result is axis `perm[k]` of the input.
+    Transpose {
+        /// The input's shape.
+        shape: Vec<u64>,
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// The box `starts .. starts + out` of the input.
+    Slice {
+        /// The input's shape.
+        shape: Vec<u64>,
+        /// First index kept on each axis.
+        starts: Vec<u64>,
+        /// The result's shape.
+        out: Vec<u64>,
+    },
+}
+
+fn strides(shape: &[u64]) -> Vec<u64> {
+    let r = shape.len();
+    let mut stride = alloc::vec![1u64; r];
+    for d in (0..r.saturating_sub(1)).rev() {
+        stride[d] = stride[d + 1] * shape[d + 1];
+    }
+    stride
 }
 
 impl View {
@@ -87,8 +118,15 @@ impl View {
             }
             a
         };
-        self.steps.iter().fold(u64::MAX, |r, (shape, _)| {
-            let last = shape.last().copied().unwrap_or(1) * self.elt;
+        self.steps.iter().fold(u64::MAX, |r, step| {
+            let last = match step {
+                ViewStep::Transpose { shape, .. } => shape.last().copied().unwrap_or(1),
+                // A run of the result's last axis; it starts `starts.last` elements into the
+                // held row, so both ends must fall on run boundaries.
+                ViewStep::Slice { starts, out, .. } => {
+                    gcd(out.last().copied().unwrap_or(1), starts.last().copied().unwrap_or(0))
+                }
+            } * self.elt;
             if r == u64::MAX {
                 last
             } else {
@@ -102,19 +140,28 @@ impl View {
             return x;
         }
         let mut e = x / self.elt;
-        for (shape, perm) in self.steps.iter().rev() {
-            let r = shape.len();
-            let mut stride = alloc::vec![1u64; r];
-            for d in (0..r.saturating_sub(1)).rev() {
-                stride[d] = stride[d + 1] * shape[d + 1];
-            }
-            let (mut rest, mut src) = (e, 0);
-            for k in (0..r).rev() {
-                let n = shape[perm[k]];
-                src += (rest % n) * stride[perm[k]];
-                rest /= n;
-            }
-            e = src;
+        for step in self.steps.iter().rev() {
+            e = match step {
+                ViewStep::Transpose { shape, perm } => {
+                    let stride = strides(shape);
+                    let (mut rest, mut src) = (e, 0);
+                    for k in (0..shape.len()).rev() {
+                        let n = shape[perm[k]];
+                        src += (rest % n) * stride[perm[k]];
+                        rest /= n;
+                    }
+                    src
+                }
+                ViewStep::Slice { shape, starts, out } => {
+                    let stride = strides(shape);
+                    let (mut rest, mut src) = (e, 0);
+                    for k in (0..out.len()).rev() {
+                        src += (rest % out[k] + starts[k]) * stride[k];
+                        rest /= out[k];
+                    }
+                    src
+                }
+            };
         }
         e * self.elt + x % self.elt
     }
@@ -167,7 +214,7 @@ pub fn moves(name: &str, src: &[SliceRef], dst: &[SliceRef], view: &View) -> Res
                     return Err(format!(
                         "tensor `{name}`: bytes {x0}..{x1} sit at offset {sa} of `{}` on tile {} and must go to \
                          offset {da} of `{}` on tile {}; the exchange moves whole aligned words (an odd number \
-                         of f16 values per row block or per head?)",
+                         of f16 values per row block or per head, or a slice starting inside a word?)",
                         r.buf, r.tile, d.buf, d.tile
                     ));
                 }
@@ -465,11 +512,33 @@ mod view_tests {
     #[test]
     fn a_head_split_view_maps_runs_of_the_last_axis() {
         // [T=3, H=2, dh=4] f16 transposed to [H, T, dh]: element (h, t, j) comes from (t, h, j).
-        let v = View { steps: alloc::vec![(alloc::vec![3, 2, 4], alloc::vec![1, 0, 2])], elt: 2 };
+        let t = ViewStep::Transpose { shape: alloc::vec![3, 2, 4], perm: alloc::vec![1, 0, 2] };
+        let v = View { steps: alloc::vec![t], elt: 2 };
         assert_eq!(v.run(), 8);
         // Output (h=1, t=0, j=0) is element 12 → input (t=0, h=1) = element 4.
         assert_eq!(v.map(12 * 2), 4 * 2);
         // Output (h=0, t=2, j=0) is element 8 → input (t=2, h=0) = element 16.
         assert_eq!(v.map(8 * 2), 16 * 2);
+    }
+
+    #[test]
+    fn a_crop_view_maps_runs_of_the_kept_columns() {
+        // [2, 5, 6] f16 cropped to [2, 4, 4] from (0, 1, 0): runs of 4 values (8 bytes).
+        let s = ViewStep::Slice {
+            shape: alloc::vec![2, 5, 6],
+            starts: alloc::vec![0, 1, 0],
+            out: alloc::vec![2, 4, 4],
+        };
+        let v = View { steps: alloc::vec![s], elt: 2 };
+        assert_eq!(v.run(), 8);
+        // Output (1, 2, 0) = element 24 → input (1, 3, 0) = element 30 + 18 = 48.
+        assert_eq!(v.map(24 * 2), 48 * 2);
+        // Starting two columns in: runs shrink to the gcd of 4 and 2 (4 bytes).
+        let s = ViewStep::Slice {
+            shape: alloc::vec![2, 5, 6],
+            starts: alloc::vec![0, 0, 2],
+            out: alloc::vec![2, 5, 4],
+        };
+        assert_eq!(View { steps: alloc::vec![s], elt: 2 }.run(), 4);
     }
 }

@@ -18,7 +18,7 @@ use ipu_schema::{DType, Direction};
 
 use super::exchange::Event;
 use super::liveness;
-use super::redistribute::{self, Move, View};
+use super::redistribute::{self, Move, View, ViewStep};
 use super::{
     chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
 };
@@ -50,7 +50,7 @@ pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
 /// bytes that are already somewhere (`redistribute::View`).
 pub(super) fn view_op(g: &Graph, op: usize) -> bool {
     match &g.ops[op].kind {
-        OpKind::Reshape { .. } => true,
+        OpKind::Reshape { .. } | OpKind::Slice { .. } => true,
         OpKind::Transpose { perm, .. } => perm.last() == Some(&(perm.len() - 1)),
         _ => false,
     }
@@ -66,8 +66,16 @@ fn views(g: &Graph) -> BTreeMap<TensorId, (TensorId, View)> {
         let input = op.kind.operands()[0];
         let elt = g.tensor(input).dtype.size() as u64;
         let (base, mut view) = v.get(&input).cloned().unwrap_or((input, View { steps: Vec::new(), elt }));
-        if let OpKind::Transpose { perm, .. } = &op.kind {
-            view.steps.push((g.tensor(input).shape.clone(), perm.clone()));
+        let shape = g.tensor(input).shape.clone();
+        match &op.kind {
+            OpKind::Transpose { perm, .. } => {
+                view.steps.push(ViewStep::Transpose { shape, perm: perm.clone() })
+            }
+            OpKind::Slice { starts, .. } => {
+                let out = g.tensor(op.output).shape.clone();
+                view.steps.push(ViewStep::Slice { shape, starts: starts.clone(), out })
+            }
+            _ => {}
         }
         v.insert(op.output, (base, view));
     }
@@ -364,7 +372,7 @@ pub fn plan(
             let Some(slices) = held.get(base).filter(|_| view.steps.is_empty()) else {
                 return Err(unsupported(
                     producer,
-                    format!("output `{name}` is a transpose view; make it an op's result (e.g. add a cast) or output the tensor it views"),
+                    format!("output `{name}` is a transpose or slice view; make it an op's result (e.g. add a cast) or output the tensor it views"),
                 ));
             };
             merged.bindings.push(BindingPlan {

@@ -412,6 +412,15 @@ pub fn evaluate(
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
                 (t, exact[n].clone(), bound[n].clone())
             }
+            OpKind::Slice { input, starts } => {
+                let (x, _) = get(*input)?;
+                let n = &g.tensor(*input).name;
+                let from = slice_index(&x.shape, starts, &out.shape);
+                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
+                let data = from.iter().map(|&i| x.data[i]).collect();
+                let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
+                (t, pick(&exact[n]), pick(&bound[n]))
+            }
             OpKind::Transpose { input, perm } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
@@ -435,6 +444,23 @@ pub fn evaluate(
         vals.insert(out.name.clone(), value);
     }
     Ok(Evaluated { device: vals, exact, bound })
+}
+
+/// For each element of the box `starts .. starts + out` of a tensor of `shape` (row-major), its
+/// flat index in the tensor.
+fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
+    let total: u64 = out.iter().product();
+    (0..total)
+        .map(|mut e| {
+            let (mut src, mut stride) = (0u64, 1u64);
+            for k in (0..out.len()).rev() {
+                src += (e % out[k] + starts[k]) * stride;
+                e /= out[k];
+                stride *= shape[k];
+            }
+            src as usize
+        })
+        .collect()
 }
 
 /// Index arithmetic of a (batched, transposable) matmul.

@@ -101,8 +101,6 @@ pub struct Lower<'a, 'b> {
     fp8_casts: BTreeMap<(String, i8), String>,
     /// Initializers not decoded yet.
     pending: BTreeMap<String, &'a TensorProto>,
-    /// Matmuls written now stay f16 whatever `--weights` says (the exact selections of a crop).
-    f16_only: bool,
     /// A composition is being written step by step (`compose.rs`): no scaling folds into a
     /// matmul's alpha.
     no_fold: bool,
@@ -145,7 +143,6 @@ impl<'a, 'b> Lower<'a, 'b> {
             matmuls: BTreeMap::new(),
             folded: BTreeMap::new(),
             uses: BTreeMap::new(),
-            f16_only: false,
             no_fold: false,
             fp8_casts: BTreeMap::new(),
             written: BTreeMap::new(),

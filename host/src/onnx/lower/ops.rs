@@ -15,8 +15,7 @@ impl Lower<'_, '_> {
         at: &str,
     ) -> Result<(String, Vec<u64>), String> {
         let mut alpha = alpha;
-        let fp8 =
-            self.opts.weights == Weights::Fp8 && !self.f16_only && matches!((&a, &b), (Val::R(_), Val::C(_)));
+        let fp8 = self.opts.weights == Weights::Fp8 && matches!((&a, &b), (Val::R(_), Val::C(_)));
         let mut side = |v: Val, which: usize, this: &mut Self| -> Result<(String, Vec<u64>), String> {
             match v {
                 Val::R(r) => {
@@ -189,9 +188,8 @@ impl Lower<'_, '_> {
     }
 
     /// The image `[N, C, H, W]` cut to `[N, C, h, w]`, the pixels a stride-k convolution reads
-    /// (`h`, `w`: whole patches; torch's 384-pixel SigLIP image with 14-pixel patches drops 6).
-    /// Each cut is a matmul by a 0/1 selection matrix (exact: one product by 1 per result), the
-    /// height cut between two last-axes transposes; always in f16.
+    /// (`h`, `w`: whole patches; torch's 384-pixel SigLIP image with 14-pixel patches drops 6):
+    /// a slice, read where the image's bytes are.
     fn crop_to_patches(
         &mut self,
         x: &Run,
@@ -200,46 +198,8 @@ impl Lower<'_, '_> {
         base: &str,
         at: &str,
     ) -> Result<(String, Vec<u64>), String> {
-        let mut t = self.tensor(x, at)?;
-        let mut shape = x.shape.clone();
-        if shape[3] == w && shape[2] == h {
-            return Ok((t, shape));
-        }
-        let was_f16_only = std::mem::replace(&mut self.f16_only, true);
-        let result = (|| {
-            let select = |from: u64, to: u64| {
-                let mut v = vec![0f32; (from * to) as usize];
-                for i in 0..to as usize {
-                    v[i * to as usize + i] = 1.0;
-                }
-                Rc::new(Const::f(vec![from, to], v))
-            };
-            // The last two axes swapped (a transpose kernel), for the height cut.
-            let swap =
-                |this: &mut Self, t: &str, shape: &[u64], name: &str| -> Result<(String, Vec<u64>), String> {
-                    let to = vec![shape[0], shape[1], shape[3], shape[2]];
-                    let t = this.emit_view(t, shape, &to, Some(&[0, 1, 3, 2]), &format!("{base}_{name}"))?;
-                    Ok((t, to))
-                };
-            for (axis, keep) in [(3, w), (2, h)] {
-                if shape[axis] == keep {
-                    continue;
-                }
-                if axis == 2 {
-                    (t, shape) = swap(self, &t, &shape, "rows")?;
-                }
-                let run = Run { t: t.clone(), shape: shape.clone(), e: Rc::new(Expr::X), prov: None };
-                let out = self.emit.fresh(&format!("{base}_crop"));
-                (t, shape) =
-                    self.matmul(Val::R(run), Val::C(select(shape[3], keep)), 1.0, &out, false, at)?;
-                if axis == 2 {
-                    (t, shape) = swap(self, &t, &shape, "cols")?;
-                }
-            }
-            Ok((t, shape))
-        })();
-        self.f16_only = was_f16_only;
-        result
+        let ends = [x.shape[0], x.shape[1], h, w];
+        self.slice_box(x, &[0, 0, 0, 0], &ends, &format!("{base}_crop"), at)
     }
 
     pub(super) fn patch_embed(

@@ -155,13 +155,21 @@ impl Lower<'_, '_> {
                         let mut cs = consts.to_vec();
                         cs[0] = Some(p.idx.clone());
                         let idx = self.fold(node, attrs, &cs).map_err(|e| format!("{at}: {e}"))?.remove(0);
-                        let v = self.select(node, 0, p.clone(), idx, at)?;
-                        self.define(node, 0, v);
+                        if columns_of(p, &idx)?.is_some() {
+                            let v = self.select(node, 0, p.clone(), idx, at)?;
+                            self.define(node, 0, v);
+                        } else if self.select_box(node, &r, attrs, consts, at)?.is_none() {
+                            return Err(format!(
+                                "{at}: this selection of a projection's output is neither a set of its columns \
+                                 nor a box (a Slice with steps of 1, a Gather of one index)"
+                            ));
+                        }
                     }
+                    (None, _) if op != "Expand" && self.select_box(node, &r, attrs, consts, at)?.is_some() => {}
                     (None, _) => {
                         return Err(format!(
-                            "{at}: selecting part of a computed tensor is supported for an axis of size 1, a whole \
-                             axis, or columns of a projection by constant weights"
+                            "{at}: selecting part of a computed tensor is supported as a box (a Slice with steps \
+                             of 1, a Gather of one index) or as columns of a projection by constant weights"
                         ))
                     }
                 }
@@ -201,19 +209,12 @@ impl Lower<'_, '_> {
         idx: Const,
         at: &str,
     ) -> Result<Val, String> {
-        let n = p.w.shape[1] as usize;
-        let rows = p.x.shape.iter().product::<u64>() as usize / (p.w.shape[0] as usize).max(1);
-        let picked = idx.as_i64()?;
-        let width = picked.len().checked_div(rows).unwrap_or(0);
-        let cols: Vec<usize> = picked.iter().take(width).map(|i| *i as usize % n.max(1)).collect();
-        let whole_rows = width > 0
-            && width * rows == picked.len()
-            && picked.iter().enumerate().all(|(j, i)| *i as usize == (j / width) * n + cols[j % width]);
-        if !whole_rows {
+        let Some(cols) = columns_of(&p, &idx)? else {
             return Err(format!("{at}: this selection of a projection's output is not a set of its columns"));
-        }
+        };
         let w = Rc::new(fold::slice_axis(&p.w, 1, &cols));
-        let bias = p.bias.as_ref().map(|b| Rc::new(fold::slice_axis(&b.reshaped(vec![n as u64]), 0, &cols)));
+        let n = p.w.shape[1];
+        let bias = p.bias.as_ref().map(|b| Rc::new(fold::slice_axis(&b.reshaped(vec![n]), 0, &cols)));
         let base = node.output.get(k).cloned().unwrap_or_default();
         let out = self.emit.fresh(&format!("{base}_proj"));
         let (mut t, shape) = self.matmul(Val::R(p.x.clone()), Val::C(w.clone()), p.alpha, &out, false, at)?;
@@ -398,4 +399,18 @@ impl Lower<'_, '_> {
         self.define(node, 0, Val::R(Run { t: out, shape, e: Rc::new(Expr::X), prov }));
         Ok(())
     }
+}
+
+/// The columns of projection `p` that `idx` (flat indices into its output) selects, when it
+/// selects whole rows of a set of columns.
+fn columns_of(p: &Prov, idx: &Const) -> Result<Option<Vec<usize>>, String> {
+    let n = p.w.shape[1] as usize;
+    let rows = p.x.shape.iter().product::<u64>() as usize / (p.w.shape[0] as usize).max(1);
+    let picked = idx.as_i64()?;
+    let width = picked.len().checked_div(rows).unwrap_or(0);
+    let cols: Vec<usize> = picked.iter().take(width).map(|i| *i as usize % n.max(1)).collect();
+    let whole_rows = width > 0
+        && width * rows == picked.len()
+        && picked.iter().enumerate().all(|(j, i)| *i as usize == (j / width) * n + cols[j % width]);
+    Ok(whole_rows.then_some(cols))
 }
