@@ -85,6 +85,9 @@ pub struct MatMul {
     pub out: DType,
     /// Ops fused after the product on each K-group root (after alpha): bias, GeLU.
     pub epilogue: Option<Epilogue>,
+    /// FP8 operands (`f8amp`: 32-deep K blocks of one byte per value, f16 partials): the
+    /// formats of A and B (`$FP_INFMT` bits) and their combined scale (`$FP_ISCL`).
+    pub fp8: Option<(u32, i32)>,
 }
 
 /// What the matmul planner computes after the product, in place on each K-group root.
@@ -104,7 +107,28 @@ impl MatMul {
     /// Build from graph tensors (dimensions already checked by the model parser).
     pub fn new(g: &Graph, a: TensorId, b: TensorId, c: TensorId, ta: bool, tb: bool, acc: DType) -> Self {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
-        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, epilogue: None }
+        let (at, bt) = (g.tensor(a), g.tensor(b));
+        let fp8 = (at.dtype.size() == 1 && bt.dtype.size() == 1).then(|| {
+            let bit = |d: DType| u32::from(d == DType::F8E5M2);
+            (bit(at.dtype) | bit(bt.dtype) << 1, at.scale as i32 + bt.scale as i32)
+        });
+        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, epilogue: None, fp8 }
+    }
+    /// K values per AMP block: 16 f16, or 32 FP8.
+    pub fn depth(&self) -> u64 {
+        if self.fp8.is_some() {
+            32
+        } else {
+            16
+        }
+    }
+    /// Bytes per operand value: 2 (f16) or 1 (FP8).
+    pub fn operand_bytes(&self) -> u64 {
+        if self.fp8.is_some() {
+            1
+        } else {
+            2
+        }
     }
     /// Output columns per AMP block: 16 with f16 partials, 8 with f32.
     pub fn block_cols(&self) -> u64 {
@@ -116,18 +140,20 @@ impl MatMul {
     }
     /// Bytes of one weight block in the CWEI.
     pub fn block_bytes(&self) -> u32 {
-        16 * self.block_cols() as u32 * 2
+        (self.depth() * self.block_cols() * self.operand_bytes()) as u32
     }
     /// K blocks.
     pub fn kb(&self) -> u64 {
-        self.k.div_ceil(16)
+        self.k.div_ceil(self.depth())
     }
     /// N blocks.
     pub fn nb(&self) -> u64 {
         self.n.div_ceil(self.block_cols())
     }
     fn kernel(&self) -> (Kernel, Kernel) {
-        if self.acc == DType::F32 {
+        if self.fp8.is_some() {
+            (Kernel::AmpF8, Kernel::AddF16)
+        } else if self.acc == DType::F32 {
             (Kernel::AmpF32, Kernel::AddF32)
         } else {
             (Kernel::AmpF16, Kernel::AddF16)
@@ -387,6 +413,14 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         let over = need.saturating_sub(TILE_MEM_SIZE as u64).max(largest.saturating_sub(region1)).max(1);
         return Err(PlanError::Memory { tile: 0, buffer: name.into(), over });
     }
+    if let Some((_, scale)) = mm.fp8 {
+        if !(-32..=31).contains(&scale) {
+            return Err(PlanError::Unsupported(
+                0,
+                format!("combined FP8 scale {scale} outside the AMP's -32..31"),
+            ));
+        }
+    }
     let (amp, add) = mm.kernel();
     let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;
     let mut plans = vec![TilePlan::default(); tiles];
@@ -407,6 +441,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let elt = mm.out.size() as u64;
     let out_row = if mm.out != mm.acc { 16 } else { ROW };
     let bc = mm.block_cols();
+    let (kd, ob) = (mm.depth(), mm.operand_bytes());
     for i in 0..grid.tm {
         let (m0, m1) = split(mm.m, grid.tm, i);
         let rows = m1 - m0;
@@ -421,6 +456,10 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 let tile = tile_of(i, j, l);
                 let p = &mut plans[tile as usize];
                 p.steps.push(Step::Phase("matmul".into()));
+                if let Some((formats, scale)) = mm.fp8 {
+                    p.steps.push(Step::SetCsr(crate::target::csr::FP_INFMT, formats));
+                    p.steps.push(Step::SetCsr(crate::target::csr::FP_ISCL, (scale as u32) & 0x3F));
+                }
                 p.buffers.push(zero("A", kbt * rows * ROW as u64 + SLACK as u64, MemKind::Tensor));
                 p.buffers.push(zero("B", kbt * nbt * mm.block_bytes() as u64, MemKind::Tensor));
                 p.buffers.push(zero("C", nbt * cblk + SLACK as u64, MemKind::Tensor));
@@ -435,10 +474,10 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                         tile,
                         buffer: "A".into(),
                         offset: (kbl * rows * ROW as u64) as u32,
-                        tensor_offset: (m0 * mm.k + kb * 16) * 2,
+                        tensor_offset: (m0 * mm.k + kb * kd) * ob,
                         rows: rows as u32,
-                        row_bytes: ((mm.k - kb * 16).min(16) * 2) as u32,
-                        tensor_stride: mm.k * 2,
+                        row_bytes: ((mm.k - kb * kd).min(kd) * ob) as u32,
+                        tensor_stride: mm.k * ob,
                         tile_stride: ROW,
                     });
                     for nbl in 0..nbt {
@@ -447,11 +486,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             tile,
                             buffer: "B".into(),
                             offset: ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
-                            tensor_offset: (kb * 16 * mm.n + nb * bc) * 2,
-                            rows: (mm.k - kb * 16).min(16) as u32,
-                            row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
-                            tensor_stride: mm.n * 2,
-                            tile_stride: (bc * 2) as u32,
+                            tensor_offset: (kb * kd * mm.n + nb * bc) * ob,
+                            rows: (mm.k - kb * kd).min(kd) as u32,
+                            row_bytes: ((mm.n - nb * bc).min(bc) * ob) as u32,
+                            tensor_stride: mm.n * ob,
+                            tile_stride: (bc * ob) as u32,
                         });
                     }
                 }

@@ -24,12 +24,15 @@ use super::{
 };
 use crate::graph::{Graph, OpKind, TensorId};
 
-/// A rank-2 f16 matmul the grid planner takes (alpha only with f16 partials).
+/// A rank-2 matmul the grid planner takes: f16 operands (alpha only with f16 partials), or FP8
+/// operands untransposed with f16 partials (`f8amp`).
 pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::MatMul { a, b, alpha, accumulate, .. }
+    let fp8 = |t: TensorId| matches!(g.tensor(t).dtype, DType::F8E4M3 | DType::F8E5M2);
+    matches!(g.ops[op].kind, OpKind::MatMul { a, b, alpha, accumulate, transpose_a, transpose_b }
         if g.tensor(a).shape.len() == 2 && g.tensor(b).shape.len() == 2
-        && g.tensor(a).dtype == DType::F16 && g.tensor(b).dtype == DType::F16
-        && (alpha.is_none() || accumulate == DType::F16))
+        && ((g.tensor(a).dtype == DType::F16 && g.tensor(b).dtype == DType::F16
+             && (alpha.is_none() || accumulate == DType::F16))
+            || (fp8(a) && fp8(b) && !transpose_a && !transpose_b && accumulate == DType::F16)))
 }
 
 /// An op planned on its own rows: a layernorm (`rows.rs`), a last-two-axes transpose
@@ -106,11 +109,13 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
             // A row chain is a sequence where each op reads the previous one's result, beside
             // casts of matmul side operands (`chain.rs`); an op that does neither (two outputs
             // cast one after the other) starts a chain of its own.
+            // (A cast read by a grid matmul is not a side cast: that matmul is a stage apart.)
             let side_cast = |j: usize| {
                 matches!(g.ops[j].kind, OpKind::Cast { .. })
-                    && g.ops
-                        .iter()
-                        .any(|o| matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[j].output))
+                    && g.ops.iter().enumerate().any(|(k, o)| {
+                        matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[j].output)
+                            && !grid_matmul(g, k)
+                    })
             };
             let last = chain.iter().rev().find(|&&l| !side_cast(l));
             let follows =
