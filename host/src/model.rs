@@ -313,6 +313,30 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 format!("{}: tensor `{}` is already defined", here("output"), out.get_ref()),
             );
         }
+        // An op of one f16 input with an f16 result (`what` says what the arithmetic is): its input.
+        let f16_input = |g: &Graph, what: &str| -> Result<TensorId, ModelError> {
+            let input = tensor(&op.input, "input", g)?;
+            let (from, to) = (g.tensor(input).dtype, dtype(&op.dtype, "dtype")?);
+            if from != DType::F16 || to != DType::F16 {
+                return cx.err(
+                    op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                    format!(
+                        "{}: unsupported dtype combination: {kind} {} → {} (supported: f16 → f16, {what})",
+                        here("dtype"),
+                        from.name(),
+                        to.name()
+                    ),
+                );
+            }
+            Ok(input)
+        };
+        // The op's result, shaped like `input`, in f16.
+        let push_f16 = |g: &mut Graph, input: TensorId, kind: OpKind| {
+            let shape = g.tensor(input).shape.clone();
+            g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: DType::F16, shape, scale: 0 });
+            let output = TensorId(g.tensors.len() as u32 - 1);
+            g.ops.push(Op { kind, output });
+        };
         match kind {
             "matmul" => {
                 only(&[
@@ -413,9 +437,6 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             }
             "gelu" => {
                 only(&["op", "input", "output", "dtype", "approximate"])?;
-                let input = tensor(&op.input, "input", &g)?;
-                let to = dtype(&op.dtype, "dtype")?;
-                let from = g.tensor(input).dtype;
                 let form = match op.approximate.as_ref().map(|s| s.get_ref().as_str()) {
                     Some("tanh") => GeluForm::Tanh,
                     Some("none") => GeluForm::Erf,
@@ -432,15 +453,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                         )
                     }
                 };
-                if from != DType::F16 || to != DType::F16 {
-                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                        "{}: unsupported dtype combination: gelu {} → {} (supported: f16 → f16, f32 arithmetic)",
-                        here("dtype"), from.name(), to.name()));
-                }
-                let shape = g.tensor(input).shape.clone();
-                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
-                let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::Gelu { input, form }, output });
+                let input = f16_input(&g, "f32 arithmetic")?;
+                push_f16(&mut g, input, OpKind::Gelu { input, form });
             }
             "layernorm" => {
                 only(&["op", "input", "output", "dtype", "gamma", "beta", "eps"])?;
@@ -612,18 +626,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             }
             "softmax" => {
                 only(&["op", "input", "output", "dtype"])?;
-                let input = tensor(&op.input, "input", &g)?;
-                let to = dtype(&op.dtype, "dtype")?;
-                let from = g.tensor(input).dtype;
-                if from != DType::F16 || to != DType::F16 {
-                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                        "{}: unsupported dtype combination: softmax {} → {} (supported: f16 → f16, statistics in f32)",
-                        here("dtype"), from.name(), to.name()));
-                }
-                let shape = g.tensor(input).shape.clone();
-                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
-                let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::Softmax { input }, output });
+                let input = f16_input(&g, "statistics in f32")?;
+                push_f16(&mut g, input, OpKind::Softmax { input });
             }
             name => {
                 let Some(func) = MapFn::from_name(name) else {
@@ -648,18 +652,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     only(&["op", "input", "output", "dtype"])?;
                     1.0
                 };
-                let input = tensor(&op.input, "input", &g)?;
-                let to = dtype(&op.dtype, "dtype")?;
-                let from = g.tensor(input).dtype;
-                if from != DType::F16 || to != DType::F16 {
-                    return cx.err(op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()), format!(
-                        "{}: unsupported dtype combination: {name} {} → {} (supported: f16 → f16, f32 arithmetic)",
-                        here("dtype"), from.name(), to.name()));
-                }
-                let shape = g.tensor(input).shape.clone();
-                g.tensors.push(Tensor { name: out.get_ref().clone(), dtype: to, shape, scale: 0 });
-                let output = TensorId(g.tensors.len() as u32 - 1);
-                g.ops.push(Op { kind: OpKind::Map { input, func, exponent }, output });
+                let input = f16_input(&g, "f32 arithmetic")?;
+                push_f16(&mut g, input, OpKind::Map { input, func, exponent });
             }
         }
     }
