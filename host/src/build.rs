@@ -231,8 +231,14 @@ pub fn build_model(
     if searched.is_none() && opts.search_state.is_some() {
         tracing::warn!("--search-state: no search applies to this model, so no state is kept");
     }
-    let plan_opts =
-        PlanOptions { grid, profile: opts.profile, side_cast, column_groups, ..PlanOptions::new(opts.tiles) };
+    let plan_opts = PlanOptions {
+        grid,
+        profile: opts.profile,
+        side_cast,
+        column_groups,
+        progress: Some(log_stage),
+        ..PlanOptions::new(opts.tiles)
+    };
     let mut plan =
         phase("plan_kernels", &mut timings, || plan::plan_with_grids(&graph, plan_opts, &stage_grids))
             .map_err(|err| BuildError::Plan(plan_error_message(file, src, &graph, &err)))?;
@@ -369,4 +375,9 @@ fn resolve_bindings(g: &ipu_core::graph::Graph, plan: &plan::Plan, linked: &[Lin
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The stage planner's progress, in the build log (a graph of hundreds of stages takes a while).
+fn log_stage(stage: usize, stages: usize, what: &str) {
+    info!(stage = stage + 1, stages, "planning stage {what}");
 }

@@ -363,6 +363,9 @@ pub struct PlanOptions {
     pub side_cast: chain::SideCast,
     /// Groups of result columns a row chain's final matmul is split into (1: none; `columns.rs`).
     pub column_groups: u32,
+    /// Told `(stage, stages, what)` before each stage of a graph is planned, so that a long
+    /// plan shows where it is (the host logs it; `core` has no clock or log of its own).
+    pub progress: Option<fn(usize, usize, &str)>,
 }
 
 impl PlanOptions {
@@ -374,6 +377,7 @@ impl PlanOptions {
             profile: false,
             side_cast: chain::SideCast::Replicated,
             column_groups: 1,
+            progress: None,
         }
     }
 }

@@ -250,7 +250,14 @@ pub fn plan(
             PlanError::Unsupported(i, w) => PlanError::Unsupported(ops.get(i).copied().unwrap_or(ops[0]), w),
             other => other,
         };
-        let stage_opts = PlanOptions { grid: None, profile: false, ..opts };
+        if let Some(tell) = opts.progress {
+            tell(
+                k,
+                stages.len(),
+                &format!("{} ops from op {} ({})", ops.len(), ops[0], super::op_phase(g, ops[0])),
+            );
+        }
+        let stage_opts = PlanOptions { grid: None, profile: false, progress: None, ..opts };
         // The stage's mapping; a row-chain stage's refusal is marked as such.
         let (planned, chain_stage) = if let Some(p) = whole.take() {
             // The whole graph as one mapping (`plan::single`), planned by the caller.
