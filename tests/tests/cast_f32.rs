@@ -43,12 +43,24 @@ fn an_f16_tensor_is_cast_to_f32_exactly() {
 }
 
 #[test]
-fn an_f32_cast_feeding_a_matmul_b_is_refused_with_what_to_do() {
-    let src = f32_in(8, 16, 16)
-        .replace("[inputs.W]\ndtype = \"f16\"", "[inputs.W]\ndtype = \"f32\"")
-        .replace("b = \"W\"", "b = \"W16\"")
-        .replace("[[ops]]\nop = \"matmul\"", "[[ops]]\nop = \"cast\"\ninput = \"W\"\noutput = \"W16\"\ndtype = \"f16\"\n[[ops]]\nop = \"matmul\"");
-    let e =
-        build("c.toml", &src, &BuildOptions { threads: 1, ..BuildOptions::new(4) }).unwrap_err().to_string();
+fn an_f32_weight_cast_on_the_chip_feeds_a_grid_matmul_and_a_row_chain_refuses_it() {
+    let with_f32_w = |src: String| {
+        src.replace("[inputs.W]\ndtype = \"f16\"", "[inputs.W]\ndtype = \"f32\"").replace("b = \"W\"", "b = \"W16\"").replace(
+            "[[ops]]\nop = \"matmul\"",
+            "[[ops]]\nop = \"cast\"\ninput = \"W\"\noutput = \"W16\"\ndtype = \"f16\"\n[[ops]]\nop = \"matmul\"",
+        )
+    };
+    // A rank-2 matmul is a grid stage of its own: the cast is a stage before it.
+    let src = with_f32_w(f32_in(8, 16, 16));
+    for tiles in [1, 4] {
+        run(&src, tiles);
+    }
+    // A batched matmul is planned in a row chain, whose side operands are f16 → FP8 casts only.
+    let batched = with_f32_w(f32_in(8, 16, 16))
+        .replace("shape = [8, 16]", "shape = [2, 8, 16]")
+        .replace("shape = [16, 16]", "shape = [2, 16, 16]");
+    let e = build("c.toml", &batched, &BuildOptions { threads: 1, ..BuildOptions::new(4) })
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("op 1 (cast): a cast feeding a matmul's `b` must be f16 → FP8"), "{e}");
 }
