@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Write one SigLIP So400m MLP-up stage as a model: layernorm -> FP8 cast -> FP8 matmul
+729x1152 . 1152x4304 + bias -> tanh GeLU, with random params (m.toml, w.npy, b.npy in OUTDIR).
+
+It reproduces the planning-cost figure of issue #13/#14 without the 1.7 GB So400m export:
+    python3 scripts/mlp_fp8_model.py /tmp/mlp8
+    ipu-codegen -v build /tmp/mlp8/m.toml -o /tmp/mlp8/m.ipuexe --tiles 736 --search-attempts 0
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+MODEL = """name = "mlp8"
+outputs = ["H"]
+[inputs.X]
+dtype = "f16"
+shape = [729, 1152]
+[params.W]
+dtype = "f8e4m3"
+shape = [1152, 4304]
+scale = -8
+file = "w.npy"
+[params.b]
+dtype = "f16"
+shape = [4304]
+file = "b.npy"
+[[ops]]
+op = "layernorm"
+input = "X"
+output = "XN"
+dtype = "f16"
+[[ops]]
+op = "cast"
+input = "XN"
+output = "X8"
+dtype = "f8e4m3"
+scale = -4
+[[ops]]
+op = "matmul"
+a = "X8"
+b = "W"
+output = "Y"
+dtype = "f16"
+accumulate = "f16"
+[[ops]]
+op = "add"
+a = "Y"
+b = "b"
+output = "Yb"
+dtype = "f16"
+[[ops]]
+op = "gelu"
+input = "Yb"
+output = "H"
+dtype = "f16"
+approximate = "tanh"
+"""
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    np.save(out / "w.npy", (rng.standard_normal((1152, 4304)) * 0.03).astype(np.float32))
+    np.save(out / "b.npy", (rng.standard_normal((4304,)) * 0.1).astype(np.float32))
+    (out / "m.toml").write_text(MODEL)
+    print(out / "m.toml")
+
+
+if __name__ == "__main__":
+    main()
