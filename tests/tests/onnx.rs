@@ -197,19 +197,28 @@ fn one_node(op: &str, dims: Vec<proto::Dimension>) -> Vec<u8> {
         op_type: op.into(),
         ..Default::default()
     };
-    let model = proto::ModelProto {
+    model_of(node, vec![], value("x"), value("y")).encode_to_vec()
+}
+
+/// An opset-18 model of one node, its initializers and one input and output.
+fn model_of(
+    node: proto::NodeProto,
+    initializer: Vec<proto::TensorProto>,
+    input: proto::ValueInfoProto,
+    output: proto::ValueInfoProto,
+) -> proto::ModelProto {
+    proto::ModelProto {
         ir_version: 9,
         opset_import: vec![proto::OperatorSetIdProto { domain: String::new(), version: 18 }],
         producer_name: "test".into(),
         graph: Some(proto::GraphProto {
             node: vec![node],
             name: "g".into(),
-            initializer: vec![],
-            input: vec![value("x")],
-            output: vec![value("y")],
+            initializer,
+            input: vec![input],
+            output: vec![output],
         }),
-    };
-    model.encode_to_vec()
+    }
 }
 
 fn dim(v: i64) -> proto::Dimension {
@@ -290,17 +299,9 @@ fn protobuf_bombs_are_refused_before_anything_large_is_allocated() {
         op_type: op.into(),
         ..Default::default()
     };
-    let model = |node: proto::NodeProto, init: proto::TensorProto| proto::ModelProto {
-        ir_version: 9,
-        opset_import: vec![proto::OperatorSetIdProto { domain: String::new(), version: 18 }],
-        producer_name: "test".into(),
-        graph: Some(proto::GraphProto {
-            node: vec![node],
-            name: "g".into(),
-            initializer: vec![init],
-            input: vec![proto::ValueInfoProto::float_tensor("x", &[2, 8])],
-            output: vec![proto::ValueInfoProto::float_tensor("y", &[2, 8])],
-        }),
+    let model = |node: proto::NodeProto, init: proto::TensorProto| {
+        let value = |name: &str| proto::ValueInfoProto::float_tensor(name, &[2, 8]);
+        model_of(node, vec![init], value("x"), value("y"))
     };
     let err = import_bytes(&model(node("Add", "w"), huge("w")).encode_to_vec(), &opts).unwrap_err();
     assert!(err.contains("initializer `w`") && err.contains("too many elements"), "{err}");
