@@ -330,6 +330,23 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             }
             Ok(input)
         };
+        // A view's input (reshape, transpose, slice), whose dtype the result keeps.
+        let view_input = |g: &Graph| -> Result<(TensorId, Tensor), ModelError> {
+            let input = tensor(&op.input, "input", g)?;
+            let (to, x) = (dtype(&op.dtype, "dtype")?, g.tensor(input).clone());
+            if to != x.dtype {
+                return cx.err(
+                    op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
+                    format!(
+                        "{}: a {kind} keeps the dtype: `{}` is {}",
+                        here("dtype"),
+                        x.name,
+                        x.dtype.name()
+                    ),
+                );
+            }
+            Ok((input, x))
+        };
         // The op's result, shaped like `input`, in f16.
         let push_f16 = |g: &mut Graph, input: TensorId, kind: OpKind| {
             let shape = g.tensor(input).shape.clone();
@@ -496,20 +513,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             "reshape" | "transpose" => {
                 let field = if kind == "reshape" { "shape" } else { "perm" };
                 only(&["op", "input", "output", "dtype", field])?;
-                let input = tensor(&op.input, "input", &g)?;
-                let to = dtype(&op.dtype, "dtype")?;
-                let x = g.tensor(input).clone();
-                if to != x.dtype {
-                    return cx.err(
-                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
-                        format!(
-                            "{}: a {kind} keeps the dtype: `{}` is {}",
-                            here("dtype"),
-                            x.name,
-                            x.dtype.name()
-                        ),
-                    );
-                }
+                let (input, x) = view_input(&g)?;
+                let to = x.dtype;
                 let spanned = if kind == "reshape" { &op.shape } else { &op.perm };
                 let Some(list) = spanned else {
                     return cx.err(sop.span(), format!("op {i} ({kind}): missing field `{field}`"));
@@ -554,20 +559,8 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             }
             "slice" => {
                 only(&["op", "input", "output", "dtype", "starts", "ends"])?;
-                let input = tensor(&op.input, "input", &g)?;
-                let to = dtype(&op.dtype, "dtype")?;
-                let x = g.tensor(input).clone();
-                if to != x.dtype {
-                    return cx.err(
-                        op.dtype.as_ref().map(|s| s.span()).unwrap_or(sop.span()),
-                        format!(
-                            "{}: a slice keeps the dtype: `{}` is {}",
-                            here("dtype"),
-                            x.name,
-                            x.dtype.name()
-                        ),
-                    );
-                }
+                let (input, x) = view_input(&g)?;
+                let to = x.dtype;
                 let (Some(starts), Some(ends)) = (&op.starts, &op.ends) else {
                     let name = if op.starts.is_none() { "starts" } else { "ends" };
                     return cx.err(sop.span(), format!("op {i} (slice): missing field `{name}`"));

@@ -54,6 +54,16 @@ fn bad_boxes_are_refused_with_the_reason() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("op 1 (slice)") && e.contains("0 ≤ start < end ≤ size"), "{e}");
+    // A view keeps its input's dtype.
+    let e = build(
+        "m.toml",
+        &CROP.replace("output = \"C\"\ndtype = \"f16\"", "output = \"C\"\ndtype = \"f32\""),
+        &opts,
+    )
+    .map(|_| ())
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("op 1 (slice): field `dtype`: a slice keeps the dtype: `G` is f16"), "{e}");
     // Rows that start one f16 into a word: moved by whole words only, refused naming the tensor.
     let odd = CROP.replace(
         "starts = [0, 0, 0, 0]\nends = [1, 3, 28, 28]",
