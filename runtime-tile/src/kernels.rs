@@ -272,9 +272,15 @@ fn gelu_erf_half() -> alloc::string::String {
         "f32sub X, X, $a5",
         "f32mul X, X, $a15",
     ];
+    per_register(&STEPS, &["$a2", "$a3"])
+}
+
+/// A formula's steps (`X` the value's register) written out once per register in `regs`, one
+/// indented line per step: the f32 bodies of the gelu and map kernels.
+pub(crate) fn per_register(steps: &[&str], regs: &[&str]) -> alloc::string::String {
     let mut s = alloc::string::String::new();
-    for x in ["$a2", "$a3"] {
-        for step in STEPS {
+    for x in regs {
+        for step in steps {
             s.push_str("    ");
             s.push_str(&step.replace('X', x));
             s.push('\n');
@@ -533,15 +539,7 @@ fn gelu_body() -> alloc::string::String {
         "f32mul $a1, X, $a11",
         "f32mul X, $a1, $a0",
     ];
-    let mut s = alloc::string::String::new();
-    for x in ["$a2", "$a3", "$a4", "$a5"] {
-        for step in STEPS {
-            s.push_str("    ");
-            s.push_str(&step.replace('X', x));
-            s.push('\n');
-        }
-    }
-    s
+    per_register(&STEPS, &["$a2", "$a3", "$a4", "$a5"])
 }
 
 /// `row += bias` in place over f16 AMP output blocks (`cost::bias_issues`): descriptor (ptr, rows,

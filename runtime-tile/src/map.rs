@@ -118,25 +118,14 @@ const MAP_F16: &str = "
 
 /// Assembly text of a function's kernel.
 pub fn text(func: MapFn) -> alloc::string::String {
-    use alloc::string::String;
-    let steps = |regs: &[&str]| {
-        let mut s = String::new();
-        for x in regs {
-            for step in formula(func) {
-                s.push_str("    ");
-                s.push_str(&step.replace('X', x));
-                s.push('\n');
-            }
-        }
-        s
-    };
-    let mut constants = String::new();
+    use crate::kernels::per_register;
+    let mut constants = alloc::string::String::new();
     for i in 0..ipu_core::plan::map::constants(func, 1.0).len() {
         constants.push_str(&alloc::format!("    lda32 $a{}, $m6, $m15, {}\n", 7 + i, 16 + 4 * i));
     }
     MAP_F16
         .replace("{CONSTANTS}", &constants)
-        .replace("{PAIR}", &steps(&["$a2", "$a3"]))
-        .replace("{ONE}", &steps(&["$a2"]))
+        .replace("{PAIR}", &per_register(formula(func), &["$a2", "$a3"]))
+        .replace("{ONE}", &per_register(formula(func), &["$a2"]))
         .replace("{NAME}", label(func))
 }

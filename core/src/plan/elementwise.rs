@@ -273,33 +273,34 @@ fn separate_output(g: &Graph, operand: crate::graph::TensorId, result: crate::gr
     g.is_source(operand) && g.outputs.contains(&result)
 }
 
+/// The launch of a gelu or map kernel for a worker's chunks `[c0, c1)` of `rows` rows of `d`
+/// values: the kernel, the chunks its loop takes, its constant words and its issues. `map_f16`
+/// does the `d % 4` values of a row's last chunk one by one after its loop (`map.rs`), so its loop
+/// stops before that chunk.
+fn unary_launch(kind: &OpKind, d: u64, c0: u64, c1: u64, rows: u64) -> (Kernel, u64, Vec<Word>, u64) {
+    match *kind {
+        OpKind::Map { func, exponent, .. } => {
+            let tail = if c1 == d.div_ceil(4) && c1 > c0 { d % 4 } else { 0 };
+            let full = c1 - c0 - u64::from(tail > 0);
+            let (k, words, issues) = super::map::kernel(func, exponent, full, tail, rows);
+            (k, full, words, issues)
+        }
+        OpKind::Gelu { form, .. } => {
+            let (k, words, issues) = gelu_kernel(form, c1 - c0, rows);
+            (k, c1 - c0, words, issues)
+        }
+        _ => unreachable!("unary() plans gelu and map ops only"),
+    }
+}
+
 /// Plan op `op` (a gelu or an elementwise function, `OpKind::Map`) of `g` on up to `tiles` tiles,
 /// in place over its rows (after a copy when the input and the result are both the host's,
 /// `separate_output`).
 pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
-    // The kernel, the chunks its loop takes, its constant words and issues for a worker's chunks
-    // [c0, c1) of `rows` rows whose last chunk holds `d % 4` values (`map_f16` does those one by
-    // one after its loop, `map.rs`).
-    type KernelOf = dyn Fn(u64, u64, u64) -> (Kernel, u64, Vec<Word>, u64);
-    let d = g.ops[op].kind.operands().first().map_or(1, |&t| *g.tensor(t).shape.last().unwrap_or(&1));
-    let last_chunk = d.div_ceil(4);
-    let (input, kernel_of, what): (_, alloc::boxed::Box<KernelOf>, _) = match g.ops[op].kind {
-        OpKind::Gelu { input, form } => {
-            let of = move |c0: u64, c1: u64, rows| {
-                let (k, words, issues) = gelu_kernel(form, c1 - c0, rows);
-                (k, c1 - c0, words, issues)
-            };
-            (input, alloc::boxed::Box::new(of), "gelu")
-        }
-        OpKind::Map { input, func, exponent } => {
-            let of = move |c0: u64, c1: u64, rows| {
-                let tail = if c1 == last_chunk && c1 > c0 { d % 4 } else { 0 };
-                let full = c1 - c0 - u64::from(tail > 0);
-                let (k, words, issues) = super::map::kernel(func, exponent, full, tail, rows);
-                (k, full, words, issues)
-            };
-            (input, alloc::boxed::Box::new(of), func.name())
-        }
+    let kind = &g.ops[op].kind;
+    let (input, what) = match *kind {
+        OpKind::Gelu { input, .. } => (input, "gelu"),
+        OpKind::Map { input, func, .. } => (input, func.name()),
         _ => return Err(PlanError::Unsupported(op, "not a gelu or an elementwise function".into())),
     };
     let (rows_total, d, stride) = rows_of(&g.tensor(input).shape);
@@ -308,7 +309,7 @@ pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
-    let kernel = kernel_of(0, 0, 0).0;
+    let kernel = unary_launch(kind, d, 0, 0, 0).0;
     let out = if separate_output(g, input, g.ops[op].output) { "Y" } else { "X" };
     for i in 0..tm {
         let (r0, r1) = split(rows_total, tm, i);
@@ -323,7 +324,7 @@ pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         let mut words = Vec::new();
         let mut issues = 0;
         for (w0, w1, c0, c1) in worker_ranges(rows, chunks) {
-            let (_, loop_chunks, constants, n) = kernel_of(c0, c1, w1 - w0);
+            let (_, loop_chunks, constants, n) = unary_launch(kind, d, c0, c1, w1 - w0);
             words.extend([
                 Word::Sym(out.into(), (w0 * stride + c0 * 8) as u32),
                 Word::Const(loop_chunks as u32),

@@ -109,8 +109,8 @@ impl MatMul {
         let (m, k, n) = matmul_dims(g.tensor(a), g.tensor(b), ta, tb).unwrap_or((0, 0, 0));
         let (at, bt) = (g.tensor(a), g.tensor(b));
         let fp8 = (at.dtype.size() == 1 && bt.dtype.size() == 1).then(|| {
-            let bit = |d: DType| u32::from(d == DType::F8E5M2);
-            (bit(at.dtype) | bit(bt.dtype) << 1, at.scale as i32 + bt.scale as i32)
+            use super::chain::fmt_bit;
+            (fmt_bit(at.dtype) | fmt_bit(bt.dtype) << 1, at.scale as i32 + bt.scale as i32)
         });
         MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, epilogue: None, fp8 }
     }

@@ -92,8 +92,8 @@ pub fn bound(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
         0.0
     } else if func == MapFn::Abs {
         b
-    } else if singular(func, x - b) && !singular(func, x + b)
-        || func == MapFn::Reciprocal && x - b < 0.0 && x + b > 0.0
+    } else if (singular(func, x - b) && !singular(func, x + b))
+        || (func == MapFn::Reciprocal && x - b < 0.0 && x + b > 0.0)
     {
         f64::INFINITY
     } else {
