@@ -118,8 +118,12 @@ impl Program<'_> {
     }
 }
 
+/// The line before its comment (`#` or `//`), trimmed; one pass over the bytes.
 fn strip_comment(line: &str) -> &str {
-    let end = [line.find('#'), line.find("//")].into_iter().flatten().min().unwrap_or(line.len());
+    let b = line.as_bytes();
+    let end = (0..b.len())
+        .find(|&i| b[i] == b'#' || (b[i] == b'/' && b.get(i + 1) == Some(&b'/')))
+        .unwrap_or(b.len());
     line[..end].trim()
 }
 
@@ -290,6 +294,15 @@ impl<'src> State<'src, '_> {
             let (d, args) = d.split_once(char::is_whitespace).unwrap_or((d, ""));
             return self.directive(d, args.trim());
         }
+        let bundle = stmt.starts_with('{');
+        if bundle && !self.addr.is_multiple_of(8) {
+            return Err(AsmErrorKind::MisalignedBundle(self.addr));
+        }
+        if self.pass == 1 {
+            // Sizes only (a bundle is two words, an instruction one): operands may name labels not
+            // yet known, and pass 2 parses and encodes every statement anyway.
+            return (0..if bundle { 2 } else { 1 }).try_for_each(|_| self.emit(&[0; 4]));
+        }
         let text: String<MAX_LINE> = if let Some(inner) = stmt.strip_prefix('{') {
             let inner = inner.strip_suffix('}').ok_or(AsmErrorKind::Parse(ParseError::BadBundle))?;
             let (a, b) = inner.split_once(';').ok_or(AsmErrorKind::Parse(ParseError::BadBundle))?;
@@ -301,15 +314,7 @@ impl<'src> State<'src, '_> {
             self.substitute(stmt)?
         };
         let issue = parse_issue(&text).map_err(AsmErrorKind::Parse)?;
-        if text.starts_with('{') && !self.addr.is_multiple_of(8) {
-            return Err(AsmErrorKind::MisalignedBundle(self.addr));
-        }
-        let (words, n) = if self.pass == 1 {
-            // Sizes only; operands may refer to labels not yet known.
-            ([0, 0], if text.starts_with('{') { 2 } else { 1 })
-        } else {
-            encode_issue(&issue).map_err(AsmErrorKind::Encode)?
-        };
+        let (words, n) = encode_issue(&issue).map_err(AsmErrorKind::Encode)?;
         for w in &words[..n] {
             self.emit(&w.to_le_bytes())?;
         }

@@ -34,40 +34,63 @@ pub struct Multicast {
     pub to: Vec<(u16, Name, u32)>,
 }
 
-/// Cycles a tile's supervisor is occupied: disjoint `[start, end)` intervals keyed by start,
-/// touching intervals merged, and the end of the last one kept so that the common query (a cycle
-/// after everything the tile has been given so far) needs no search.
-#[derive(Default)]
+/// Cycles a tile's supervisor is occupied, kept by kind because each kind is added in time order:
+/// a receiver's `Expect` at the start, its sends (a sender's pieces go in order, each after the
+/// previous), and its receiver events (pointer, mux and park, one cycle each; a receiver's pieces
+/// arrive one after another). So every lookup is a binary search in a sorted vector, and the end
+/// of the last occupied cycle is kept so that the common query (after everything) is one compare.
+#[derive(Clone, Default)]
 struct Busy {
-    spans: BTreeMap<u64, u64>,
+    /// `[0, expect)` is the receiver's `Expect` (0 if the tile receives nothing).
+    expect: u64,
+    /// Send spans `[start, end)` in time order, touching spans merged.
+    sends: Vec<(u64, u64)>,
+    /// Receiver event cycles in increasing order.
+    events: Vec<u64>,
+    /// One past the last occupied cycle.
     end: u64,
 }
 
 impl Busy {
-    /// End of an occupied interval that overlaps `[a, b)`, if any.
+    /// The end of an occupied stretch that overlaps `[a, b)`, if any: every start of `[a, b)`
+    /// before it overlaps it too, so a caller may move past it without missing a free start.
     fn conflict(&self, a: u64, b: u64) -> Option<u64> {
         if a >= self.end {
             return None;
         }
-        self.spans.range(..b).next_back().and_then(|(_, &end)| (end > a).then_some(end))
-    }
-    fn take(&mut self, mut a: u64, mut b: u64) {
-        // Join an interval ending at `a` and one starting at `b` (the caller never overlaps).
-        if let Some((&s, &e)) = self.spans.range(..=a).next_back() {
-            if e == a {
-                a = s;
+        if a < self.expect {
+            return Some(self.expect);
+        }
+        let i = self.sends.partition_point(|s| s.0 < b);
+        if let Some(&(_, e)) = i.checked_sub(1).and_then(|i| self.sends.get(i)) {
+            if e > a {
+                return Some(e);
             }
         }
-        if let Some(e) = self.spans.remove(&b) {
-            b = e;
+        let j = self.events.partition_point(|&c| c < a);
+        self.events.get(j).filter(|&&c| c < b).map(|&c| c + 1)
+    }
+    fn expect(&mut self, cycles: u64) {
+        self.expect = cycles;
+        self.end = self.end.max(cycles);
+    }
+    fn send(&mut self, a: u64, b: u64) {
+        debug_assert!(self.sends.last().is_none_or(|s| s.1 <= a), "sends in time order");
+        match self.sends.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => self.sends.push((a, b)),
         }
-        self.spans.insert(a, b);
         self.end = self.end.max(b);
+    }
+    fn event(&mut self, c: u64) {
+        debug_assert!(self.events.last().is_none_or(|&l| l < c), "receiver events in time order");
+        self.events.push(c);
+        self.end = self.end.max(c + 1);
     }
 }
 
 /// What the scheduler knows about every tile so far, indexed by tile.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct State {
     /// Each tile's occupied supervisor cycles (receivers start with their `Expect`).
     busy: Vec<Busy>,
@@ -87,72 +110,119 @@ impl State {
     /// each receiver's pointer, mux and park cycles on free supervisor cycles.
     fn earliest(&self, p: &Multicast) -> u64 {
         let w = p.words as u64;
+        let mut start = self.ready(p);
+        // The smallest start at which the sender and every receiver are free. Each conflict moves
+        // the start past starts that all hit the same occupied stretch, so the checks may go in any
+        // order: round the tiles, moving on at once, until all of them pass at one start.
+        let checks = p.to.len() + 1;
+        let (mut i, mut clean) = (0usize, 0usize);
+        while clean < checks {
+            let later = match i.checked_sub(1).map(|k| &p.to[k]) {
+                None => self.busy[p.sender as usize].conflict(start, start + w),
+                Some((r, _, _)) => {
+                    let arrive = start + latency(p.sender, *r) as u64;
+                    let b = &self.busy[*r as usize];
+                    [arrive - 1, arrive, arrive + w]
+                        .into_iter()
+                        .filter_map(|c| b.conflict(c, c + 1).map(|end| start + (end - c)))
+                        .max()
+                }
+            };
+            match later {
+                Some(t) => {
+                    start = t.max(start + 1);
+                    clean = 0;
+                }
+                None => clean += 1,
+            }
+            i = (i + 1) % checks;
+        }
+        start
+    }
+
+    /// A lower bound of [`earliest`](Self::earliest) from array lookups only: the sender free and
+    /// every receiver's previous piece landed, ignoring the supervisor calendars.
+    fn ready(&self, p: &Multicast) -> u64 {
         let mut start = self.send_end[p.sender as usize];
         for (r, _, _) in &p.to {
             let ready = self.landed[*r as usize].max(EXPECT_CYCLES) + 1;
             start = start.max(ready.saturating_sub(latency(p.sender, *r) as u64));
         }
-        loop {
-            let mut later = self.busy[p.sender as usize].conflict(start, start + w);
-            for (r, _, _) in &p.to {
-                let arrive = start + latency(p.sender, *r) as u64;
-                let b = &self.busy[*r as usize];
-                for c in [arrive - 1, arrive, arrive + w] {
-                    if let Some(end) = b.conflict(c, c + 1) {
-                        later = Some(later.unwrap_or(0).max(start + (end - c)));
-                    }
-                }
-            }
-            match later {
-                Some(t) => start = t.max(start + 1),
-                None => return start,
-            }
-        }
+        start
     }
 
     /// Place piece `p` at `start`: its events, and the transfers they implement.
     fn place(&mut self, p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
+        self.occupy(p, start);
+        record(p, start, s, transfers);
+    }
+
+    /// What placing piece `p` at `start` takes of every tile involved.
+    fn occupy(&mut self, p: &Multicast, start: u64) {
         let w = p.words as u64;
-        self.busy[p.sender as usize].take(start, start + w);
+        self.busy[p.sender as usize].send(start, start + w);
         self.send_end[p.sender as usize] = start + w;
-        s.events.entry(p.sender).or_default().push(Event::Send {
-            at: start,
-            buffer: p.src.clone(),
-            offset: p.src_off,
-            words: p.words,
-        });
-        for (r, dst, dst_off) in &p.to {
+        for (r, _, _) in &p.to {
             let arrive = start + latency(p.sender, *r) as u64;
             let b = &mut self.busy[*r as usize];
             for c in [arrive - 1, arrive, arrive + w] {
-                b.take(c, c + 1);
+                b.event(c);
             }
-            let ev = s.events.entry(*r).or_default();
-            ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
-            ev.push(Event::Mux { at: arrive, source: p.sender });
-            ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
             self.landed[*r as usize] = arrive + w;
             *self.expected[*r as usize].get_or_insert(0) += p.words;
             let a = &mut self.arrived[p.sender as usize];
             *a = (*a).max(arrive + w);
-            transfers.push(Transfer {
-                sender: p.sender,
-                receiver: *r,
-                src: p.src.clone(),
-                src_off: p.src_off,
-                dst: dst.clone(),
-                dst_off: *dst_off,
-                words: p.words,
-            });
         }
+    }
+
+    /// The cycle after the last event or landing of any tile (the schedule's horizon).
+    fn horizon(&self) -> u64 {
+        self.busy.iter().zip(&self.arrived).map(|(b, &a)| b.end.max(a)).max().unwrap_or(0)
+    }
+}
+
+/// The events and transfers of piece `p` placed at `start`.
+fn record(p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
+    let w = p.words as u64;
+    s.events.entry(p.sender).or_default().push(Event::Send {
+        at: start,
+        buffer: p.src.clone(),
+        offset: p.src_off,
+        words: p.words,
+    });
+    for (r, dst, dst_off) in &p.to {
+        let arrive = start + latency(p.sender, *r) as u64;
+        let ev = s.events.entry(*r).or_default();
+        ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
+        ev.push(Event::Mux { at: arrive, source: p.sender });
+        ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
+        transfers.push(Transfer {
+            sender: p.sender,
+            receiver: *r,
+            src: p.src.clone(),
+            src_off: p.src_off,
+            dst: dst.clone(),
+            dst_off: *dst_off,
+            words: p.words,
+        });
     }
 }
 
 /// Schedule pieces; returns the per-tile events and the transfers they implement. Each sender's
 /// pieces go in the given order; among the senders, the piece that can start earliest goes next
 /// (list scheduling; ties to the lower sender). Start times only grow as pieces are placed, so a
-/// lazily re-checked heap finds that piece without re-evaluating every sender each time.
+/// lazily re-checked heap finds that piece without re-evaluating every sender each time. Above
+/// [`ORDERED_ABOVE`] receiver entries the re-checks cost minutes (every placement makes the waiting
+/// senders of the same receivers re-walk hundreds of calendars), so pieces are placed in a fixed
+/// order instead: sender by sender or round by round, whichever ends sooner.
 pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    scatter_with(pieces, ORDERED_ABOVE)
+}
+
+fn scatter_with(
+    pieces: &[Multicast],
+    ordered_above: usize,
+) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
     let tiles = pieces.iter().flat_map(|p| core::iter::once(p.sender).chain(p.to.iter().map(|t| t.0))).max();
     let n = tiles.map_or(0, |t| t as usize + 1);
     let mut st = State {
@@ -171,17 +241,50 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
         for (r, _, _) in &p.to {
             if !receiver[*r as usize] {
                 receiver[*r as usize] = true;
-                st.busy[*r as usize].take(0, EXPECT_CYCLES);
+                st.busy[*r as usize].expect(EXPECT_CYCLES);
             }
         }
         queues.entry(p.sender).or_default().push_back(p);
     }
-    let mut heap: BinaryHeap<Reverse<(u64, u16)>> =
-        queues.iter().map(|(&snd, q)| Reverse((st.earliest(q[0]), snd))).collect();
     let mut s = Schedule::default();
     let mut transfers = Vec::new();
+    let entries: usize = pieces.iter().map(|p| p.to.len()).sum();
+    if entries > ordered_above {
+        // Too many for the list scheduler, whose re-checks of waiting senders grow with senders ×
+        // receivers per piece: place pieces in a fixed order instead, each at its earliest start,
+        // in two orders (sender by sender; round by round), and keep the shorter schedule.
+        let queues: Vec<Vec<&Multicast>> = queues.into_values().map(Vec::from).collect();
+        let longest = queues.iter().map(Vec::len).max().unwrap_or(0);
+        let by_sender = || queues.iter().flatten().copied();
+        let by_round = || (0..longest).flat_map(|k| queues.iter().filter_map(move |q| q.get(k).copied()));
+        // Both orders are first only timed (a schedule of millions of events is large to keep
+        // twice), then the shorter one is placed again and recorded.
+        let sender_first = in_order(by_sender(), st.clone(), None);
+        let round_first = in_order(by_round(), st.clone(), None);
+        let mut s = Schedule::default();
+        let mut transfers = Vec::new();
+        let st = if round_first.horizon() < sender_first.horizon() {
+            drop(sender_first);
+            in_order(by_round(), st, Some((&mut s, &mut transfers)))
+        } else {
+            drop(round_first);
+            in_order(by_sender(), st, Some((&mut s, &mut transfers)))
+        };
+        return finish(st, s, transfers);
+    }
+    let mut heap: BinaryHeap<Reverse<(u64, u16)>> =
+        queues.iter().map(|(&snd, q)| Reverse((st.earliest(q[0]), snd))).collect();
     while let Some(Reverse((at, snd))) = heap.pop() {
         let Some(&p) = queues.get(&snd).and_then(|q| q.front()) else { continue };
+        // Heap keys are lower bounds of their piece's earliest start (starts only grow), so the
+        // popped piece goes next exactly when its key is still its earliest start. A stale key is
+        // first raised by the cheap bound: after a placement most waiting senders of the same
+        // receivers fail there, without walking the receivers' calendars.
+        let ready = st.ready(p);
+        if ready > at {
+            heap.push(Reverse((ready, snd)));
+            continue;
+        }
         let now = st.earliest(p);
         if now > at {
             heap.push(Reverse((now, snd)));
@@ -194,6 +297,34 @@ pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), Schedu
             heap.push(Reverse((st.earliest(next), snd)));
         }
     }
+    finish(st, s, transfers)
+}
+
+/// Receiver entries (pieces × receivers) above which pieces are placed in a fixed order: the list
+/// scheduler takes ~10 s at 3.5 M (an FP8 729×1152 activation to a 5×135 grid) and minutes at 7 M.
+const ORDERED_ABOVE: usize = 4_000_000;
+
+/// Place `pieces` in the order given, each at its earliest start; record the events if asked.
+fn in_order<'p>(
+    pieces: impl Iterator<Item = &'p Multicast>,
+    mut st: State,
+    mut out: Option<(&mut Schedule, &mut Vec<Transfer>)>,
+) -> State {
+    for p in pieces {
+        let at = st.earliest(p);
+        st.occupy(p, at);
+        if let Some((s, transfers)) = out.as_mut() {
+            record(p, at, s, transfers);
+        }
+    }
+    st
+}
+
+fn finish(
+    st: State,
+    mut s: Schedule,
+    transfers: Vec<Transfer>,
+) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
     for (tile, evs) in s.events.iter_mut() {
         // A tile's events in time order (sends and receptions were placed independently).
         evs.sort_by_key(|e| match e {
@@ -254,6 +385,38 @@ mod tests {
             })
         };
         assert_eq!((ptr(1), ptr(2)), (Some(0), Some(32)));
+    }
+
+    #[test]
+    fn fixed_order_placement_moves_the_same_words_in_a_valid_schedule() {
+        // Row blocks multicast to groups of tiles that also send (as a grid matmul's A operand):
+        // 12 senders, 4 pieces of 8 words each, to the 6 tiles of the sender's block's group.
+        let group = |b: u16| (0..6u16).map(move |k| 12 + ((b * 6 + k) % 12)).collect::<Vec<_>>();
+        let mut pieces = Vec::new();
+        for snd in 0..12u16 {
+            let b = snd / 6;
+            for k in 0..4u32 {
+                let to: Vec<(u16, u32)> =
+                    group(b).into_iter().map(|t| (t, 32 * (4 * (snd as u32 % 6) + k))).collect();
+                pieces.push(piece(snd, 32 * k, 8, &to));
+            }
+        }
+        // Tiles 12.. also send to the others' group, so receivers are busy sending too.
+        for snd in 12..24u16 {
+            let to: Vec<(u16, u32)> =
+                (0..4u16).map(|k| ((snd - 12 + k + 1) % 12, 1024 + 32 * k as u32)).collect();
+            pieces.push(piece(snd, 0, 8, &to));
+        }
+        let (list, mut a) = scatter_with(&pieces, usize::MAX).unwrap();
+        let (ordered, mut b) = scatter_with(&pieces, 0).unwrap();
+        a.sort_by_key(|t| (t.sender, t.receiver, t.src_off, t.dst_off));
+        b.sort_by_key(|t| (t.sender, t.receiver, t.src_off, t.dst_off));
+        assert_eq!(a, b);
+        // Each group tile takes 6 senders × 4 pieces × 8 words, one piece after another.
+        for h in [list.horizon, ordered.horizon] {
+            assert!(h >= 6 * 4 * 8, "{h}");
+        }
+        assert_ne!(list.events, ordered.events, "the two paths are different schedules");
     }
 
     #[test]
