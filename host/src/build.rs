@@ -84,6 +84,33 @@ pub enum BuildError {
     Options(String),
 }
 
+/// A link refusal as a person reads it: a buffer the stage planner made carries its stage's tag
+/// (`g{k}_` for the stage's own buffers, `x{k}_` for the redistribution into it), so the message
+/// names the stage's first op, as the planner's refusals do. The planner checks each tile's peak
+/// of live bytes; the linker must also find one free range for each buffer, which can fail when
+/// the tile's free space is split.
+fn link_error_message(file: &str, src: &str, g: &ipu_core::graph::Graph, err: &LinkError) -> String {
+    let LinkError::NoSpace { buffer, .. } = err else { return err.to_string() };
+    let stage = buffer
+        .strip_prefix('g')
+        .or_else(|| buffer.strip_prefix('x'))
+        .and_then(|r| r.split_once('_'))
+        .and_then(|(k, _)| k.parse::<usize>().ok());
+    let op = stage.and_then(|k| plan::stages::partition(g).get(k).and_then(|ops| ops.first().copied()));
+    match op {
+        Some(i) => {
+            let line = crate::model::op_lines(src).get(i).copied().unwrap_or(0);
+            let kind = plan::op_phase(g, i);
+            let kind = kind.split(' ').next().unwrap_or("op");
+            format!(
+                "{file}:{line}: op {i} ({kind}): {err}: the stage's buffers fit the tile by size but not in one \
+                 free range each (more tiles, or fewer ops kept live across this stage, leave room)"
+            )
+        }
+        None => format!("{file}: {err}"),
+    }
+}
+
 /// A planner refusal as a person reads it: the model file, the line of the op concerned and its
 /// kind, as the parser's errors have them. Memory refusals name the op that defines the tensor.
 pub fn plan_error_message(
@@ -278,7 +305,8 @@ pub fn build_model(
                     l
                 })
                 .collect())
-        })?;
+        })
+        .map_err(|e| BuildError::Plan(link_error_message(file, src, &graph, &e)))?;
     let code_max = linked.iter().map(|l| l.memory.code).max().unwrap_or(0);
     info!(
         host_code_base = format!("{:#x}", ipu_core::target::HOST_AREA_BASE),

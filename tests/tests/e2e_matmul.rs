@@ -290,3 +290,35 @@ fn f16_output_with_f32_accumulation_is_rounded_once() {
         "{e}"
     );
 }
+
+#[test]
+fn grid_groups_start_on_the_tiles_that_hold_their_rows() {
+    // 12 rows of A, held 2 per tile on tiles 20..25 (as an earlier row stage left them); a 3×2×2
+    // grid: row block i (rows 4i..4i+4) gets its holders first, then the lowest free tiles.
+    let src = model(12, 64, 64, "f16", false, false);
+    let graph = ipu_host::model::parse("mm.toml", &src).unwrap();
+    let ipu_core::graph::OpKind::MatMul { a, b, .. } = graph.ops[0].kind else { panic!() };
+    let mut mm = ipu_core::plan::matmul::MatMul::new(
+        &graph,
+        a,
+        b,
+        graph.ops[0].output,
+        false,
+        false,
+        ipu_schema::DType::F16,
+    );
+    let grid = ipu_core::plan::matmul::Grid { tm: 3, tn: 2, tk: 2 };
+    assert_eq!(ipu_core::plan::matmul::tile_order(&mm, grid, 64), (0..12).collect::<Vec<u16>>());
+    mm.a_home = (0..12).map(|r| 20 + r / 2).collect();
+    let order = ipu_core::plan::matmul::tile_order(&mm, grid, 64);
+    assert_eq!(order, [20, 21, 0, 1, 22, 23, 2, 3, 24, 25, 4, 5]);
+    // A row without a holder (u16::MAX) and a holder past the target's tiles are skipped.
+    mm.a_home[4] = u16::MAX;
+    mm.a_home[5] = u16::MAX;
+    mm.a_home[8] = 70;
+    mm.a_home[9] = 70;
+    let order = ipu_core::plan::matmul::tile_order(&mm, grid, 64);
+    assert_eq!(order, [20, 21, 0, 1, 23, 2, 3, 4, 25, 5, 6, 7]);
+    // The plan runs bit-exact with the order the stage planner gives it (a layernorm before the
+    // matmul leaves A's rows on their own tiles): see graph_stages and encoder_block.
+}

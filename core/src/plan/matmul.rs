@@ -88,6 +88,10 @@ pub struct MatMul {
     /// FP8 operands (`f8amp`: 32-deep K blocks of one byte per value, f16 partials): the
     /// formats of A and B (`$FP_INFMT` bits) and their combined scale (`$FP_ISCL`).
     pub fp8: Option<(u32, i32)>,
+    /// For each row of A, the tile that already holds it (`u16::MAX`: none; empty: not known).
+    /// Row block i's grid positions take those tiles first, so that its rows are sent from tiles
+    /// of its own group, which receive nothing else meanwhile ([`tile_order`]).
+    pub a_home: Vec<u16>,
 }
 
 /// What the matmul planner computes after the product, in place on each K-group root.
@@ -112,7 +116,22 @@ impl MatMul {
             use super::chain::fmt_bit;
             (fmt_bit(at.dtype) | fmt_bit(bt.dtype) << 1, at.scale as i32 + bt.scale as i32)
         });
-        MatMul { a, b, c, ta, tb, m, k, n, acc, alpha: None, out: acc, epilogue: None, fp8 }
+        MatMul {
+            a,
+            b,
+            c,
+            ta,
+            tb,
+            m,
+            k,
+            n,
+            acc,
+            alpha: None,
+            out: acc,
+            epilogue: None,
+            fp8,
+            a_home: Vec::new(),
+        }
     }
     /// K values per AMP block: 16 f16, or 32 FP8.
     pub fn depth(&self) -> u64 {
@@ -386,6 +405,38 @@ pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
     }
 }
 
+/// Grid position (`(i·tn + j)·tk + l`) → tile. Without homes, position p is tile p. With them, row
+/// block i's positions take first the tiles holding its rows of A (in row order, each tile once),
+/// then the lowest free tiles in position order. Why: a grid group receives every piece of its
+/// row block back to back, and a tile's supervisor cannot send while it sets up receptions; rows
+/// sent from tiles of another group stall that group's stream (docs/graph-planner.md, Scheduling).
+pub fn tile_order(mm: &MatMul, grid: Grid, tiles: usize) -> Vec<u16> {
+    let per = (grid.tn * grid.tk) as usize;
+    let used = grid.tm as usize * per;
+    if mm.a_home.is_empty() {
+        return (0..used as u16).collect();
+    }
+    let mut order = vec![u16::MAX; used];
+    let mut taken = vec![false; tiles];
+    for i in 0..grid.tm {
+        let (m0, m1) = split(mm.m, grid.tm, i);
+        let slots = &mut order[i as usize * per..(i as usize + 1) * per];
+        let mut q = 0;
+        for &t in mm.a_home.get(m0 as usize..m1 as usize).unwrap_or_default() {
+            if q < per && (t as usize) < tiles && !taken[t as usize] {
+                taken[t as usize] = true;
+                slots[q] = t;
+                q += 1;
+            }
+        }
+    }
+    let mut free = (0..tiles as u16).filter(|&t| !taken[t as usize]);
+    for slot in order.iter_mut().filter(|s| **s == u16::MAX) {
+        *slot = free.next().expect("the grid uses at most the target's tiles");
+    }
+    order
+}
+
 /// Plan the matmul on `grid` over a target of `tiles` tiles.
 pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let used = (grid.tm * grid.tn * grid.tk) as usize;
@@ -422,7 +473,8 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         }
     }
     let (amp, add) = mm.kernel();
-    let tile_of = |i: u64, j: u64, l: u64| (((i * grid.tn) + j) * grid.tk + l) as u16;
+    let order = tile_order(mm, grid, tiles);
+    let tile_of = |i: u64, j: u64, l: u64| order[(((i * grid.tn) + j) * grid.tk + l) as usize];
     let mut plans = vec![TilePlan::default(); tiles];
     let mut a_slices = Vec::new();
     let mut b_slices = Vec::new();

@@ -481,7 +481,7 @@ pub(crate) fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError
         }
     }
     Ok(if simple {
-        plan_matmul(graph, opts, epilogue)?
+        plan_matmul(graph, opts, epilogue, Vec::new())?
     } else if opts.column_groups > 1 {
         let (split, how) = columns::split(graph, opts.column_groups as u64)?;
         let mut plan = chain::plan(&split, opts)?;
@@ -641,6 +641,7 @@ fn plan_matmul(
     graph: &Graph,
     opts: PlanOptions,
     epilogue: Option<matmul::Epilogue>,
+    a_home: Vec<u16>,
 ) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
@@ -664,7 +665,8 @@ fn plan_matmul(
                     out.dtype.name(), accumulate.name()
                 )));
             }
-            let mm = matmul_of(graph, epilogue).expect("op 0 is a matmul");
+            let mut mm = matmul_of(graph, epilogue).expect("op 0 is a matmul");
+            mm.a_home = a_home;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {

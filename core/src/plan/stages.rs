@@ -165,6 +165,32 @@ pub fn matmul_stages(g: &Graph, opts: PlanOptions) -> Vec<(usize, super::matmul:
         .collect()
 }
 
+/// For each row of the grid matmul `op`'s left operand, the tile an earlier stage left it on
+/// (`u16::MAX` where no slice starts a row there); empty when A comes from the host, is read
+/// transposed or through a view. The matmul planner puts each row block's grid group there.
+fn a_home(g: &Graph, op: usize, held: &BTreeMap<TensorId, Vec<SliceRef>>) -> Vec<u16> {
+    let OpKind::MatMul { a, transpose_a: false, .. } = g.ops[op].kind else { return Vec::new() };
+    let Some(slices) = held.get(&a) else { return Vec::new() };
+    let t = g.tensor(a);
+    let Some((&cols, lead)) = t.shape.split_last() else { return Vec::new() };
+    let row_bytes = cols * t.dtype.size() as u64;
+    let rows: u64 = lead.iter().product();
+    if row_bytes == 0 || rows > u16::MAX as u64 * 64 {
+        return Vec::new();
+    }
+    let mut home = vec![u16::MAX; rows as usize];
+    for sl in slices {
+        let r0 = sl.tensor_offset / row_bytes;
+        let n = if sl.tensor_stride == row_bytes || sl.rows <= 1 { sl.rows as u64 } else { 1 };
+        for h in home.iter_mut().skip(r0 as usize).take(n as usize) {
+            if *h == u16::MAX {
+                *h = sl.tile;
+            }
+        }
+    }
+    home
+}
+
 /// Whether `ops` (a matmul and what follows it) form a matmul with a fused epilogue whose
 /// intermediate results nothing else reads.
 fn fusable(g: &Graph, ops: &[usize]) -> bool {
@@ -272,7 +298,8 @@ pub fn plan(
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {
             let grid = grids.get(ops[0]).copied().flatten();
-            (super::plan_matmul(&sub, PlanOptions { grid, ..stage_opts }, fused_epilogue(&sub)), false)
+            let home = a_home(g, ops[0], &held);
+            (super::plan_matmul(&sub, PlanOptions { grid, ..stage_opts }, fused_epilogue(&sub), home), false)
         } else {
             (chain::plan(&sub, stage_opts), true)
         };
