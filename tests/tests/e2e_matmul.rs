@@ -144,16 +144,7 @@ fn k_split_reduces_in_rounds_when_the_partials_do_not_fit_at_once() {
     // operands, so it takes fewer per round, in a tree (docs/kernels.md "K split").
     let src = model(512, 512, 512, "f16", false, false);
     let graph = ipu_host::model::parse("mm.toml", &src).unwrap();
-    let ipu_core::graph::OpKind::MatMul { a, b, .. } = graph.ops[0].kind else { panic!() };
-    let mm = ipu_core::plan::matmul::MatMul::new(
-        &graph,
-        a,
-        b,
-        graph.ops[0].output,
-        false,
-        false,
-        ipu_schema::DType::F16,
-    );
+    let mm = f16_matmul(&graph);
     let grid = ipu_core::plan::matmul::Grid { tm: 2, tn: 2, tk: 16 };
     let f = ipu_core::plan::matmul::fan_in(&mm, grid);
     let rounds = ipu_core::plan::matmul::reduction_rounds(16, f);
@@ -297,16 +288,7 @@ fn grid_groups_start_on_the_tiles_that_hold_their_rows() {
     // grid: row block i (rows 4i..4i+4) gets its holders first, then the lowest free tiles.
     let src = model(12, 64, 64, "f16", false, false);
     let graph = ipu_host::model::parse("mm.toml", &src).unwrap();
-    let ipu_core::graph::OpKind::MatMul { a, b, .. } = graph.ops[0].kind else { panic!() };
-    let mut mm = ipu_core::plan::matmul::MatMul::new(
-        &graph,
-        a,
-        b,
-        graph.ops[0].output,
-        false,
-        false,
-        ipu_schema::DType::F16,
-    );
+    let mut mm = f16_matmul(&graph);
     let grid = ipu_core::plan::matmul::Grid { tm: 3, tn: 2, tk: 2 };
     assert_eq!(ipu_core::plan::matmul::tile_order(&mm, grid, 64), (0..12).collect::<Vec<u16>>());
     mm.a_home = (0..12).map(|r| 20 + r / 2).collect();
@@ -321,4 +303,18 @@ fn grid_groups_start_on_the_tiles_that_hold_their_rows() {
     assert_eq!(order, [20, 21, 0, 1, 23, 2, 3, 4, 25, 5, 6, 7]);
     // The plan runs bit-exact with the order the stage planner gives it (a layernorm before the
     // matmul leaves A's rows on their own tiles): see graph_stages and encoder_block.
+}
+
+/// The matmul planner's view of a one-matmul graph, untransposed, f16 accumulation.
+fn f16_matmul(graph: &ipu_core::graph::Graph) -> ipu_core::plan::matmul::MatMul {
+    let ipu_core::graph::OpKind::MatMul { a, b, .. } = graph.ops[0].kind else { panic!("op 0 is a matmul") };
+    ipu_core::plan::matmul::MatMul::new(
+        graph,
+        a,
+        b,
+        graph.ops[0].output,
+        false,
+        false,
+        ipu_schema::DType::F16,
+    )
 }

@@ -560,9 +560,35 @@ fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanErr
     if total <= limit {
         return Ok(());
     }
-    let largest = plan.buffers.iter().max_by_key(|b| b.bytes).map(|b| b.name.as_str()).unwrap_or("?");
+    let largest = plan.buffers.iter().max_by_key(|b| b.bytes);
+    // A stage's buffers carry its tag (`g{k}_`, `x{k}_` for the redistribution into it): name the
+    // stage's op, as the stage planner's own refusals do.
+    if let Some((b, (k, rest))) = largest.and_then(|b| stage_tag(&b.name).map(|t| (b, t))) {
+        if let Some(&op) = stages::partition(graph).get(k).and_then(|ops| ops.first()) {
+            let always = placed_bytes(
+                &plan.buffers.iter().filter(|b| b.live == Live::ALWAYS).cloned().collect::<Vec<_>>(),
+            );
+            return Err(PlanError::Unsupported(
+                op,
+                alloc::format!(
+                    "tile {tile}: the buffers live at its peak need {total} bytes, {} more than the {limit} a \
+                     tile has for them; the largest is `{rest}` of this op's stage ({} bytes), and {always} bytes \
+                     stay for the whole run (params, descriptors, host-bound buffers); more tiles or FP8 weights leave room",
+                    total - limit,
+                    b.bytes
+                ),
+            ));
+        }
+    }
+    let largest = largest.map(|b| b.name.as_str()).unwrap_or("?");
     let tensor = buffer_tensor(graph, largest).unwrap_or_else(|| alloc::format!("buffer `{largest}`"));
     Err(PlanError::Memory { tile, buffer: tensor, over: total - limit })
+}
+
+/// The stage index and the planner's own name of a buffer the stage planner tagged.
+fn stage_tag(name: &str) -> Option<(usize, &str)> {
+    let (k, rest) = name.strip_prefix('g').or_else(|| name.strip_prefix('x'))?.split_once('_')?;
+    Some((k.parse().ok()?, rest))
 }
 
 /// The model tensor a planner buffer holds (`t<id>`/`s<id>` in chains, `A`/`B`/`C` in a matmul).
