@@ -283,11 +283,12 @@ pub fn build_model(
     // Identical tiles (all idle tiles, for one) are linked once.
     let linked: Vec<Linked> =
         phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
-            let mut first: BTreeMap<(String, String), usize> = BTreeMap::new();
+            // Keyed by the code itself (borrowed: at SigLIP scale the codes are hundreds of MB).
+            let mut first: BTreeMap<(&str, String), usize> = BTreeMap::new();
             let mut unique = Vec::new();
             let mut index = Vec::with_capacity(codes.len());
             for (t, code) in codes.iter().enumerate() {
-                let key = (code.clone(), format!("{:?}", plan.tiles[t].buffers));
+                let key = (code.as_str(), format!("{:?}", plan.tiles[t].buffers));
                 let u = *first.entry(key).or_insert_with(|| {
                     unique.push(t);
                     unique.len() - 1
