@@ -300,9 +300,12 @@ fn scatter_with(
     finish(st, s, transfers)
 }
 
-/// Receiver entries (pieces × receivers) above which pieces are placed in a fixed order: the list
-/// scheduler takes ~10 s at 3.5 M (an FP8 729×1152 activation to a 5×135 grid) and minutes at 7 M.
-const ORDERED_ABOVE: usize = 4_000_000;
+/// Receiver entries (pieces × receivers) above which pieces are placed in a fixed order. The list
+/// scheduler takes minutes at 7 M (So400m's FP8 MLP-up activation to a 5×269 grid). Measured on
+/// SigLIP-size stages (`docs/graph-planner.md`): at 3.8 M the fixed order is better and twice as
+/// fast (f16 729×1152 to a 10×72×2 grid: exchange 52,542 → 41,458 cycles), at 3.5 M equal, at
+/// 1.2 M much worse (62,790 → 104,336 on 368 tiles): so the list scheduler up to 2 M.
+const ORDERED_ABOVE: usize = 2_000_000;
 
 /// Place `pieces` in the order given, each at its earliest start; record the events if asked.
 fn in_order<'p>(
