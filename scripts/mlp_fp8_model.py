@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write one SigLIP So400m MLP-up stage as a model: layernorm -> FP8 cast -> FP8 matmul
 729x1152 . 1152x4304 + bias -> tanh GeLU, with random params (m.toml, w.npy, b.npy in OUTDIR).
+With `--qproj`: an f16 attention projection instead, layernorm -> matmul 729x1152 . 1152x1152 + bias.
 
-It reproduces the planning-cost figure of issue #13/#14 without the 1.7 GB So400m export:
+They reproduce the planning-cost figures of issue #13/#14 without the 1.7 GB So400m export:
     python3 scripts/mlp_fp8_model.py /tmp/mlp8
     ipu-codegen -v build /tmp/mlp8/m.toml -o /tmp/mlp8/m.ipuexe --tiles 736 --search-attempts 0
 """
@@ -58,13 +59,48 @@ approximate = "tanh"
 """
 
 
+QPROJ = """name = "qproj"
+outputs = ["Yb"]
+[inputs.X]
+dtype = "f16"
+shape = [729, 1152]
+[params.W]
+dtype = "f16"
+shape = [1152, 1152]
+file = "w.npy"
+[params.b]
+dtype = "f16"
+shape = [1152]
+file = "b.npy"
+[[ops]]
+op = "layernorm"
+input = "X"
+output = "XN"
+dtype = "f16"
+[[ops]]
+op = "matmul"
+a = "XN"
+b = "W"
+output = "Y"
+dtype = "f16"
+accumulate = "f16"
+[[ops]]
+op = "add"
+a = "Y"
+b = "b"
+output = "Yb"
+dtype = "f16"
+"""
+
+
 def main():
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    n = 1152 if "--qproj" in sys.argv[2:] else 4304
     rng = np.random.default_rng(0)
-    np.save(out / "w.npy", (rng.standard_normal((1152, 4304)) * 0.03).astype(np.float32))
-    np.save(out / "b.npy", (rng.standard_normal((4304,)) * 0.1).astype(np.float32))
-    (out / "m.toml").write_text(MODEL)
+    np.save(out / "w.npy", (rng.standard_normal((1152, n)) * 0.03).astype(np.float32))
+    np.save(out / "b.npy", (rng.standard_normal((n,)) * 0.1).astype(np.float32))
+    (out / "m.toml").write_text(QPROJ if n == 1152 else MODEL)
     print(out / "m.toml")
 
 
