@@ -12,26 +12,30 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL = """name = "mlp8"
-outputs = ["H"]
+def model(name, output, wdtype, wscale, n, ops):
+    """The model text: input X [729, 1152], params W [1152, n] (`wscale`: its scale line) and b [n], `ops`."""
+    return f"""name = "{name}"
+outputs = ["{output}"]
 [inputs.X]
 dtype = "f16"
 shape = [729, 1152]
 [params.W]
-dtype = "f8e4m3"
-shape = [1152, 4304]
-scale = -8
-file = "w.npy"
+dtype = "{wdtype}"
+shape = [1152, {n}]
+{wscale}file = "w.npy"
 [params.b]
 dtype = "f16"
-shape = [4304]
+shape = [{n}]
 file = "b.npy"
 [[ops]]
 op = "layernorm"
 input = "X"
 output = "XN"
 dtype = "f16"
-[[ops]]
+{ops}"""
+
+
+MLP_OPS = """[[ops]]
 op = "cast"
 input = "XN"
 output = "X8"
@@ -58,26 +62,7 @@ dtype = "f16"
 approximate = "tanh"
 """
 
-
-QPROJ = """name = "qproj"
-outputs = ["Yb"]
-[inputs.X]
-dtype = "f16"
-shape = [729, 1152]
-[params.W]
-dtype = "f16"
-shape = [1152, 1152]
-file = "w.npy"
-[params.b]
-dtype = "f16"
-shape = [1152]
-file = "b.npy"
-[[ops]]
-op = "layernorm"
-input = "X"
-output = "XN"
-dtype = "f16"
-[[ops]]
+QPROJ_OPS = """[[ops]]
 op = "matmul"
 a = "XN"
 b = "W"
@@ -100,7 +85,11 @@ def main():
     rng = np.random.default_rng(0)
     np.save(out / "w.npy", (rng.standard_normal((1152, n)) * 0.03).astype(np.float32))
     np.save(out / "b.npy", (rng.standard_normal((n,)) * 0.1).astype(np.float32))
-    (out / "m.toml").write_text(QPROJ if n == 1152 else MODEL)
+    if n == 1152:
+        text = model("qproj", "Yb", "f16", "", n, QPROJ_OPS)
+    else:
+        text = model("mlp8", "H", "f8e4m3", "scale = -8\n", n, MLP_OPS)
+    (out / "m.toml").write_text(text)
     print(out / "m.toml")
 
 

@@ -84,31 +84,28 @@ pub enum BuildError {
     Options(String),
 }
 
-/// A link refusal as a person reads it: a buffer the stage planner made carries its stage's tag
-/// (`g{k}_` for the stage's own buffers, `x{k}_` for the redistribution into it), so the message
-/// names the stage's first op, as the planner's refusals do. The planner checks each tile's peak
-/// of live bytes; the linker must also find one free range for each buffer, which can fail when
-/// the tile's free space is split.
+/// A link refusal as a person reads it: a buffer the stage planner made carries its stage's tag,
+/// so the message names the stage's first op (`plan::stage_op`), as the planner's refusals do.
+/// The planner checks each tile's peak of live bytes; the linker must also find one free range
+/// for each buffer, which can fail when the tile's free space is split.
 fn link_error_message(file: &str, src: &str, g: &ipu_core::graph::Graph, err: &LinkError) -> String {
     let LinkError::NoSpace { buffer, .. } = err else { return err.to_string() };
-    let stage = buffer
-        .strip_prefix('g')
-        .or_else(|| buffer.strip_prefix('x'))
-        .and_then(|r| r.split_once('_'))
-        .and_then(|(k, _)| k.parse::<usize>().ok());
-    let op = stage.and_then(|k| plan::stages::partition(g).get(k).and_then(|ops| ops.first().copied()));
-    match op {
-        Some(i) => {
-            let line = crate::model::op_lines(src).get(i).copied().unwrap_or(0);
-            let kind = plan::op_phase(g, i);
-            let kind = kind.split(' ').next().unwrap_or("op");
-            format!(
-                "{file}:{line}: op {i} ({kind}): {err}: the stage's buffers fit the tile by size but not in one \
-                 free range each (more tiles, or fewer ops kept live across this stage, leave room)"
-            )
-        }
+    match plan::stage_op(g, buffer) {
+        Some((i, _)) => format!(
+            "{}: {err}: the stage's buffers fit the tile by size but not in one free range each (more \
+             tiles, or fewer ops kept live across this stage, leave room)",
+            op_location(file, src, g, i)
+        ),
         None => format!("{file}: {err}"),
     }
+}
+
+/// Where op `i` is, as the parser's errors say it: `file:line: op i (kind)`.
+fn op_location(file: &str, src: &str, g: &ipu_core::graph::Graph, i: usize) -> String {
+    let line = crate::model::op_lines(src).get(i).copied().unwrap_or(0);
+    let kind = plan::op_phase(g, i);
+    let kind = kind.split(' ').next().unwrap_or("op");
+    format!("{file}:{line}: op {i} ({kind})")
 }
 
 /// A planner refusal as a person reads it: the model file, the line of the op concerned and its
@@ -119,13 +116,7 @@ pub fn plan_error_message(
     g: &ipu_core::graph::Graph,
     err: &plan::PlanError,
 ) -> String {
-    let lines = crate::model::op_lines(src);
-    let at = |i: usize| {
-        let line = lines.get(i).copied().unwrap_or(0);
-        let kind = plan::op_phase(g, i);
-        let kind = kind.split(' ').next().unwrap_or("op");
-        format!("{file}:{line}: op {i} ({kind})")
-    };
+    let at = |i: usize| op_location(file, src, g, i);
     match err {
         plan::PlanError::Unsupported(i, w) => format!("{}: {w}", at(*i)),
         plan::PlanError::NoRoom { tile, op, needed, free } => {

@@ -161,3 +161,17 @@ fn independent_output_casts_are_stages_of_their_own() {
         assert_eq!(out.compared_elements, 2 * 2 * 13 * 40, "both outputs, two inferences");
     }
 }
+
+#[test]
+fn a_stage_tagged_buffer_names_its_stages_first_op() {
+    // The refusals that find a buffer late (final memory check, linker) name the op by the tag.
+    let g = ipu_host::model::parse("b.toml", &mlp_block(37, 48, 96, "f16")).unwrap();
+    let cut = ipu_core::plan::stages::partition(&g);
+    assert!(cut.len() >= 2, "{cut:?}");
+    let k = cut.len() - 1;
+    assert_eq!(ipu_core::plan::stage_op(&g, &format!("g{k}_A")), Some((cut[k][0], "A")));
+    assert_eq!(ipu_core::plan::stage_op(&g, &format!("x{k}_cp_0")), Some((cut[k][0], "cp_0")));
+    assert_eq!(ipu_core::plan::stage_op(&g, &format!("g{}_A", cut.len())), None);
+    assert_eq!(ipu_core::plan::stage_op(&g, "A"), None);
+    assert_eq!(ipu_core::plan::stage_op(&g, "t12"), None);
+}

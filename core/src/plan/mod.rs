@@ -549,8 +549,8 @@ fn merge_descriptors(tile: &mut TilePlan) {
 
 /// Refuse a tile whose buffers cannot fit, naming the model tensor behind the largest buffer.
 /// Bytes a tile's buffers take once placed (each rounded up to 16, as the linker aligns them).
-pub(crate) fn placed_bytes(buffers: &[Buffer]) -> u64 {
-    buffers.iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum()
+pub(crate) fn placed_bytes<'a>(buffers: impl IntoIterator<Item = &'a Buffer>) -> u64 {
+    buffers.into_iter().map(|b| (b.bytes as u64).div_ceil(16) * 16).sum()
 }
 
 fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanError> {
@@ -561,34 +561,31 @@ fn check_memory(graph: &Graph, tile: u16, plan: &TilePlan) -> Result<(), PlanErr
         return Ok(());
     }
     let largest = plan.buffers.iter().max_by_key(|b| b.bytes);
-    // A stage's buffers carry its tag (`g{k}_`, `x{k}_` for the redistribution into it): name the
-    // stage's op, as the stage planner's own refusals do.
-    if let Some((b, (k, rest))) = largest.and_then(|b| stage_tag(&b.name).map(|t| (b, t))) {
-        if let Some(&op) = stages::partition(graph).get(k).and_then(|ops| ops.first()) {
-            let always = placed_bytes(
-                &plan.buffers.iter().filter(|b| b.live == Live::ALWAYS).cloned().collect::<Vec<_>>(),
-            );
-            return Err(PlanError::Unsupported(
-                op,
-                alloc::format!(
-                    "tile {tile}: the buffers live at its peak need {total} bytes, {} more than the {limit} a \
-                     tile has for them; the largest is `{rest}` of this op's stage ({} bytes), and {always} bytes \
-                     stay for the whole run (params, descriptors, host-bound buffers); more tiles or FP8 weights leave room",
-                    total - limit,
-                    b.bytes
-                ),
-            ));
-        }
+    // A stage's buffers carry its tag: name the stage's op, as the stage planner's refusals do.
+    if let Some((b, (op, rest))) = largest.and_then(|b| stage_op(graph, &b.name).map(|t| (b, t))) {
+        let always = placed_bytes(plan.buffers.iter().filter(|b| b.live == Live::ALWAYS));
+        return Err(PlanError::Unsupported(
+            op,
+            alloc::format!(
+                "tile {tile}: the buffers live at its peak need {total} bytes, {} more than the {limit} a \
+                 tile has for them; the largest is `{rest}` of this op's stage ({} bytes), and {always} bytes \
+                 stay for the whole run (params, descriptors, host-bound buffers); more tiles or FP8 weights leave room",
+                total - limit,
+                b.bytes
+            ),
+        ));
     }
     let largest = largest.map(|b| b.name.as_str()).unwrap_or("?");
     let tensor = buffer_tensor(graph, largest).unwrap_or_else(|| alloc::format!("buffer `{largest}`"));
     Err(PlanError::Memory { tile, buffer: tensor, over: total - limit })
 }
 
-/// The stage index and the planner's own name of a buffer the stage planner tagged.
-fn stage_tag(name: &str) -> Option<(usize, &str)> {
-    let (k, rest) = name.strip_prefix('g').or_else(|| name.strip_prefix('x'))?.split_once('_')?;
-    Some((k.parse().ok()?, rest))
+/// The op whose stage made a buffer, and the planner's own name of it: the stage planner tags a
+/// stage's buffers `g{k}_` and the redistribution into it `x{k}_` (`stages::plan`).
+pub fn stage_op<'n>(graph: &Graph, buffer: &'n str) -> Option<(usize, &'n str)> {
+    let (k, rest) = buffer.strip_prefix('g').or_else(|| buffer.strip_prefix('x'))?.split_once('_')?;
+    let op = *stages::partition(graph).get(k.parse::<usize>().ok()?)?.first()?;
+    Some((op, rest))
 }
 
 /// The model tensor a planner buffer holds (`t<id>`/`s<id>` in chains, `A`/`B`/`C` in a matmul).

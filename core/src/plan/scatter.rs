@@ -259,15 +259,11 @@ fn scatter_with(
         let by_round = || (0..longest).flat_map(|k| queues.iter().filter_map(move |q| q.get(k).copied()));
         // Both orders are first only timed (a schedule of millions of events is large to keep
         // twice), then the shorter one is placed again and recorded.
-        let sender_first = in_order(by_sender(), st.clone(), None);
-        let round_first = in_order(by_round(), st.clone(), None);
-        let mut s = Schedule::default();
-        let mut transfers = Vec::new();
-        let st = if round_first.horizon() < sender_first.horizon() {
-            drop(sender_first);
+        let by_sender_ends = in_order(by_sender(), st.clone(), None).horizon();
+        let by_round_ends = in_order(by_round(), st.clone(), None).horizon();
+        let st = if by_round_ends < by_sender_ends {
             in_order(by_round(), st, Some((&mut s, &mut transfers)))
         } else {
-            drop(round_first);
             in_order(by_sender(), st, Some((&mut s, &mut transfers)))
         };
         return finish(st, s, transfers);
