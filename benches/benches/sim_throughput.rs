@@ -55,8 +55,13 @@ loop:
 
 fn measure(name: &str, src: &str, threads: usize) {
     let prog = TileProgram::from_asm(src).expect("assembles");
-    let mut dev = SimDevice::new(SimConfig { tiles: 1472, threads, max_cycles: u64::MAX }).expect("device");
-    for t in 0..1472 {
+    let mut dev = SimDevice::new(SimConfig {
+        tiles: std::env::var("TILES").map(|v| v.parse().unwrap()).unwrap_or(1472),
+        threads,
+        max_cycles: u64::MAX,
+    })
+    .expect("device");
+    for t in 0..dev.tile_count() as u16 {
         dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
     }
     let start = Instant::now();
@@ -75,7 +80,12 @@ fn measure(name: &str, src: &str, threads: usize) {
 
 fn main() {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // `cargo bench --bench sim_throughput -- amp` runs only the programs whose name contains "amp".
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     for (name, src) in [("amp", AMP), ("integer", INTEGER)] {
+        if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+            continue;
+        }
         measure(name, src, 1);
         if cores > 1 {
             measure(name, src, cores);

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 extern crate alloc;
 
+pub mod f16bits;
 pub mod fp8;
 pub mod graph;
 pub mod isa;

@@ -1,9 +1,10 @@
 //! Execution semantics of every instruction (docs/target.md §4–§5). The ISA table points at these
-//! functions; [`issue`] applies the table's context, class and cost rules around them.
+//! functions; `decoded::Decoded::execute` applies the table's context and bundle rules around them.
 
 use super::{mem, FaultKind, Regs, Shared, TileBus, WorkerFp};
+use crate::f16bits;
 use crate::fp8::{self, Fp8Format};
-use crate::isa::{Class, Ctx, Instr, Issue, MAX_FIELDS};
+use crate::isa::MAX_FIELDS;
 use crate::target::{csr, CWEI_BYTES};
 use half::f16;
 
@@ -59,45 +60,6 @@ pub enum Flow {
     },
 }
 
-fn allowed(i: &Instr, ctx: Ctx) -> bool {
-    let c = i.info().ctx;
-    c == Ctx::Any || c == ctx
-}
-
-/// Execute one issue unit: returns its control effect, cost in issues and length in bytes.
-pub fn issue(cx: &mut Cx<'_>, issue: &Issue, ctx: Ctx) -> Result<(Flow, u32, u32), FaultKind> {
-    match issue {
-        Issue::Single(i) => {
-            if !allowed(i, ctx) {
-                return Err(FaultKind::WrongContext);
-            }
-            let info = i.info();
-            let flow = (info.exec)(cx, &i.args)?;
-            Ok((flow, info.cost_of(&i.args), 4))
-        }
-        Issue::Bundle(main, aux) => {
-            if !allowed(main, ctx) || !allowed(aux, ctx) || aux.info().class != Class::Arf {
-                return Err(FaultKind::WrongContext);
-            }
-            // Both halves read the registers as they were before the bundle. The aux (ARF) half
-            // reads and writes only `$a` registers, so only those need to be set aside.
-            let before = cx.regs.a;
-            (main.info().exec)(cx, &main.args)?;
-            let after_main = core::mem::replace(&mut cx.regs.a, before);
-            (aux.info().exec)(cx, &aux.args)?;
-            for r in 0..16 {
-                let (b, m, x) = (before[r], after_main[r], cx.regs.a[r]);
-                if x != b && m != b {
-                    return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
-                }
-                cx.regs.a[r] = if x != b { x } else { m };
-            }
-            let cost = main.info().cost_of(&main.args).max(aux.info().cost_of(&aux.args));
-            Ok((Flow::Next, cost, 8))
-        }
-    }
-}
-
 // ---- helpers -----------------------------------------------------------------------------
 
 impl Cx<'_> {
@@ -127,21 +89,29 @@ impl Cx<'_> {
     }
 }
 
-#[inline]
-fn halves(v: u64) -> [f16; 4] {
+/// The four f16 lanes of a register pair, as f32 values.
+#[inline(always)]
+fn halves(v: u64) -> [f32; 4] {
     [
-        f16::from_bits(v as u16),
-        f16::from_bits((v >> 16) as u16),
-        f16::from_bits((v >> 32) as u16),
-        f16::from_bits((v >> 48) as u16),
+        f16bits::to_f32(v as u16),
+        f16bits::to_f32((v >> 16) as u16),
+        f16bits::to_f32((v >> 32) as u16),
+        f16bits::to_f32((v >> 48) as u16),
     ]
 }
-#[inline]
-fn from_halves(h: [f16; 4]) -> u64 {
-    h[0].to_bits() as u64
-        | (h[1].to_bits() as u64) << 16
-        | (h[2].to_bits() as u64) << 32
-        | (h[3].to_bits() as u64) << 48
+/// Four f32 values rounded to f16 lanes of a register pair.
+#[inline(always)]
+fn from_halves(h: [f32; 4]) -> u64 {
+    pack_halves([
+        f16bits::from_f32(h[0]),
+        f16bits::from_f32(h[1]),
+        f16bits::from_f32(h[2]),
+        f16bits::from_f32(h[3]),
+    ])
+}
+#[inline(always)]
+fn pack_halves(h: [u16; 4]) -> u64 {
+    h[0] as u64 | (h[1] as u64) << 16 | (h[2] as u64) << 32 | (h[3] as u64) << 48
 }
 
 type R = Result<Flow, FaultKind>;
@@ -477,38 +447,38 @@ fn from_floats(f: [f32; 2]) -> u64 {
 }
 pairop!(f32v2add, floats, from_floats, |x, y| x + y);
 pairop!(f32v2mul, floats, from_floats, |x, y| x * y);
-pairop!(f16v4add, halves, from_halves, |x, y| f16::from_f32(x.to_f32() + y.to_f32()));
-pairop!(f16v4mul, halves, from_halves, |x, y| f16::from_f32(x.to_f32() * y.to_f32()));
-pairop!(f16v4sub, halves, from_halves, |x, y| f16::from_f32(x.to_f32() - y.to_f32()));
+pairop!(f16v4add, halves, from_halves, |x, y| x + y);
+pairop!(f16v4mul, halves, from_halves, |x, y| x * y);
+pairop!(f16v4sub, halves, from_halves, |x, y| x - y);
 
 pub(crate) fn f16v2tof32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let s = cx.regs.a[a[1] as usize];
-    let lo = f16::from_bits(s as u16).to_f32();
-    let hi = f16::from_bits((s >> 16) as u16).to_f32();
+    let lo = f16bits::to_f32(s as u16);
+    let hi = f16bits::to_f32((s >> 16) as u16);
     cx.set_pair(a[0], from_floats([lo, hi]));
     Ok(Flow::Next)
 }
 pub(crate) fn f32v2tof16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let [lo, hi] = floats(cx.pair(a[1]));
-    cx.regs.a[a[0] as usize] =
-        f16::from_f32(lo).to_bits() as u32 | (f16::from_f32(hi).to_bits() as u32) << 16;
+    cx.regs.a[a[0] as usize] = f16bits::from_f32(lo) as u32 | (f16bits::from_f32(hi) as u32) << 16;
     Ok(Flow::Next)
 }
 pub(crate) fn f8v4tof16(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let s = cx.regs.a[a[1] as usize];
     let fp = cx.worker_fp()?;
     let (fmt, scale) = (Fp8Format::from_bit(fp.nfmt), fp8::scale_from_bits(fp.scl));
-    let h = [0, 8, 16, 24].map(|sh| fp8::to_f16_scaled((s >> sh) as u8, fmt, scale));
-    cx.set_pair(a[0], from_halves(h));
+    let h = [0, 8, 16, 24].map(|sh| fp8::to_f16_scaled((s >> sh) as u8, fmt, scale).to_bits());
+    cx.set_pair(a[0], pack_halves(h));
     Ok(Flow::Next)
 }
 pub(crate) fn f16v4tof8(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
-    let h = halves(cx.pair(a[1]));
+    let pair = cx.pair(a[1]);
     let fp = cx.worker_fp()?;
     let (fmt, scale) = (Fp8Format::from_bit(fp.nfmt), fp8::scale_from_bits(fp.scl));
     let mut v = 0u32;
-    for (i, x) in h.iter().enumerate() {
-        v |= (fp8::from_f16_scaled(*x, fmt, scale) as u32) << (8 * i);
+    for i in 0..4 {
+        let x = f16::from_bits((pair >> (16 * i)) as u16);
+        v |= (fp8::from_f16_scaled(x, fmt, scale) as u32) << (8 * i);
     }
     cx.regs.a[a[0] as usize] = v;
     Ok(Flow::Next)
@@ -523,6 +493,8 @@ enum AmpKind {
     F8,
 }
 
+/// Inlined into each of `f16amp`, `f32amp` and `f8amp`, so `kind` is a constant in each.
+#[inline(always)]
 fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
     let (pin, x) = (cx.pair(a[1]), cx.pair(a[2]));
     let p = a[3] as usize;
@@ -537,7 +509,7 @@ fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
         AmpKind::F32 => from_floats([fp.drain[2 * p], fp.drain[2 * p + 1]]),
         _ => {
             let d = &fp.drain[4 * p..4 * p + 4];
-            from_halves([f16::from_f32(d[0]), f16::from_f32(d[1]), f16::from_f32(d[2]), f16::from_f32(d[3])])
+            from_halves([d[0], d[1], d[2], d[3]])
         }
     };
     match kind {
@@ -548,23 +520,13 @@ fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
         }
         _ => {
             for (i, h) in halves(pin).iter().enumerate() {
-                fp.aacc[4 * p + i] += h.to_f32();
+                fp.aacc[4 * p + i] += h;
             }
         }
     }
     match kind {
-        AmpKind::F16 | AmpKind::F32 => {
-            let cols = if kind == AmpKind::F16 { 16 } else { 8 };
-            let h = halves(x);
-            let xs = [h[0].to_f32(), h[1].to_f32(), h[2].to_f32(), h[3].to_f32()];
-            let w = &cwei.f16[4 * p * cols..4 * (p + 1) * cols];
-            let (w0, rest) = w.split_at(cols);
-            let (w1, rest) = rest.split_at(cols);
-            let (w2, w3) = rest.split_at(cols);
-            for n in 0..cols {
-                fp.aacc[n] += (xs[0] * w0[n] + xs[1] * w1[n]) + (xs[2] * w2[n] + xs[3] * w3[n]);
-            }
-        }
+        AmpKind::F16 => amp_f16_columns::<16>(&mut fp.aacc, halves(x), &cwei.f16[64 * p..]),
+        AmpKind::F32 => amp_f16_columns::<8>(&mut fp.aacc, halves(x), &cwei.f16[32 * p..]),
         AmpKind::F8 => {
             let fx = Fp8Format::from_bit(infmt);
             let w = &cwei.f8[((infmt >> 1) & 1) as usize];
@@ -579,6 +541,18 @@ fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
     }
     cx.set_pair(a[0], out);
     Ok(Flow::Next)
+}
+/// `acc[n] += (x0·w[0][n] + x1·w[1][n]) + (x2·w[2][n] + x3·w[3][n])` for the first `COLS`
+/// columns, weights `w[k][n]` at `w[k·COLS + n]`: fixed sizes so the compiler vectorises it.
+#[inline(always)]
+fn amp_f16_columns<const COLS: usize>(acc: &mut [f32; 16], xs: [f32; 4], w: &[f32]) {
+    let w = &w[..4 * COLS];
+    let (w0, rest) = w.split_at(COLS);
+    let (w1, rest) = rest.split_at(COLS);
+    let (w2, w3) = rest.split_at(COLS);
+    for n in 0..COLS {
+        acc[n] += (xs[0] * w0[n] + xs[1] * w1[n]) + (xs[2] * w2[n] + xs[3] * w3[n]);
+    }
 }
 pub(crate) fn f16amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     amp(cx, a, AmpKind::F16)

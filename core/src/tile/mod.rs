@@ -1,14 +1,15 @@
 //! One tile: contexts, barrel scheduling and fetch (docs/target.md §3). The semantics of each
 //! instruction are in [`exec`], referenced from the ISA table.
 
+mod decoded;
 pub mod exec;
 mod fault;
 pub mod mem;
 
 pub use fault::{CtxId, Fault, FaultKind};
 
-use crate::isa::{decode, Ctx, Issue, COISSUE_BIT};
-use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, EXEC_REGION_END, RPT_MAX_COUNT, TILE_MEM_BASE, WORKERS};
+use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, RPT_MAX_COUNT, WORKERS};
+use decoded::DecodeCache;
 use exec::{Cx, Flow};
 
 /// What a tile tells the fabric. Implemented by the simulator's chip model.
@@ -82,7 +83,7 @@ impl CweiDecoded {
     /// Decode `bytes` in every view.
     pub fn refresh(&mut self, bytes: &[u8; CWEI_BYTES]) {
         for (i, v) in self.f16.iter_mut().enumerate() {
-            *v = half::f16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).to_f32();
+            *v = crate::f16bits::to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]));
         }
         for (fmt, view) in
             [crate::fp8::Fp8Format::E4M3, crate::fp8::Fp8Format::E5M2].iter().zip(self.f8.iter_mut())
@@ -143,8 +144,6 @@ pub enum Stop {
     Limit,
 }
 
-const ICACHE: usize = 256;
-
 /// One tile's processor state (memory is passed in, so the state stays small and `no_std`).
 #[derive(Clone)]
 pub struct Tile {
@@ -166,13 +165,12 @@ pub struct Tile {
     floor: u64,
     /// Barrel slots owned by running workers (bit k = worker k), kept in step with `running`.
     owned: u32,
-    icache: [(u32, u32, u32, Issue); ICACHE],
+    decoded: DecodeCache,
 }
 
 impl Tile {
     /// A reset tile whose supervisor starts at `entry` on cycle 0.
     pub fn new(id: u16, entry: u32) -> Self {
-        let nop = Issue::Single(crate::isa::Instr::new(crate::isa::Op::Nop, &[]));
         Tile {
             sup: Regs { pc: entry, ..Regs::default() },
             sup_state: SupState::Running,
@@ -190,7 +188,7 @@ impl Tile {
             last_cycle: 0,
             floor: 0,
             owned: 0,
-            icache: [(u32::MAX, 0, 0, nop); ICACHE],
+            decoded: DecodeCache::default(),
         }
     }
 
@@ -221,31 +219,6 @@ impl Tile {
             t += 1;
         }
         Some(t)
-    }
-
-    /// Fetch and decode the issue unit at `pc` (cached by address and words).
-    fn fetch(&mut self, mem: &[u8], pc: u32) -> Result<(Issue, [u32; 2]), FaultKind> {
-        if !(TILE_MEM_BASE..EXEC_REGION_END).contains(&pc) {
-            return Err(FaultKind::FetchOutsideExecRegion);
-        }
-        let w0 = mem::ld32(mem, pc).map_err(|_| FaultKind::FetchMisaligned)?;
-        let slot = ((pc >> 2) as usize) % ICACHE;
-        let (tag, c0, c1, issue) = self.icache[slot];
-        let w1 = if w0 & COISSUE_BIT != 0 && pc + 4 < EXEC_REGION_END { mem::ld32(mem, pc + 4)? } else { 0 };
-        if tag == pc && c0 == w0 && c1 == w1 {
-            return Ok((issue, [w0, w1]));
-        }
-        let (first, co) = decode(w0).map_err(FaultKind::Undecodable)?;
-        let issue = if co {
-            if !pc.is_multiple_of(8) {
-                return Err(FaultKind::FetchMisaligned);
-            }
-            crate::isa::decode_bundle(w0, w1).map_err(FaultKind::Undecodable)?
-        } else {
-            Issue::Single(first)
-        };
-        self.icache[slot] = (pc, w0, w1, issue);
-        Ok((issue, [w0, w1]))
     }
 
     /// Run until the supervisor reaches an internal/host sync, halts, or the next issue would be
@@ -295,10 +268,13 @@ impl Tile {
 
     fn step_sup(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64) -> Result<(), Fault> {
         let pc = self.sup.pc;
-        let (issue, words) = self.fetch(mem, pc).map_err(|k| self.fault(CtxId::Sup, pc, [0, 0], t, k))?;
-        let fault = |s: &Self, k| s.fault(CtxId::Sup, pc, words, t, k);
+        let id = self.shared.id;
+        let fault = |words, k| Fault { tile: id, ctx: CtxId::Sup, pc, words, cycle: t, kind: k };
+        let d = self.decoded.fetch(mem, pc).map_err(|k| fault([0, 0], k))?;
+        let (words, cost, len) = (d.words(), d.cost, d.len);
         let mut cx = Cx { regs: &mut self.sup, mem, shared: &mut self.shared, fp: None, bus, cycle: t, pc };
-        let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Sup).map_err(|k| fault(self, k))?;
+        let flow = d.execute(&mut cx, 0).map_err(|k| fault(words, k))?;
+        let fault = |s: &Self, k| s.fault(CtxId::Sup, pc, words, t, k);
         self.last_cycle = t;
         let mut next_pc = pc.wrapping_add(len);
         match flow {
@@ -366,16 +342,19 @@ impl Tile {
     fn step_worker(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64, k: usize) -> Result<(), Fault> {
         let pc = self.workers[k].regs.pc;
         let ctx = CtxId::Worker(k as u8);
-        let (issue, words) = self.fetch(mem, pc).map_err(|e| self.fault(ctx, pc, [0, 0], t, e))?;
-        let fault = |s: &Self, e| s.fault(ctx, pc, words, t, e);
+        let id = self.shared.id;
+        let fault = |words, e| Fault { tile: id, ctx, pc, words, cycle: t, kind: e };
+        let d = self.decoded.fetch(mem, pc).map_err(|e| fault([0, 0], e))?;
+        let (words, cost, len) = (d.words(), d.cost, d.len);
         let w = &mut self.workers[k];
         let in_rpt = w.rpt_left > 0;
-        if in_rpt && !matches!(issue, Issue::Bundle(..)) {
-            return Err(fault(self, FaultKind::RptBody));
+        if in_rpt && !d.is_bundle() {
+            return Err(fault(words, FaultKind::RptBody));
         }
         let mut cx =
             Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
-        let (flow, cost, len) = exec::issue(&mut cx, &issue, Ctx::Worker).map_err(|e| fault(self, e))?;
+        let flow = d.execute(&mut cx, 1).map_err(|e| fault(words, e))?;
+        let fault = |_: &Self, e| fault(words, e);
         let w = &mut self.workers[k];
         let mut next_pc = pc.wrapping_add(len);
         match flow {

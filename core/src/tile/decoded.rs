@@ -1,0 +1,335 @@
+//! Issue units decoded once (docs/target.md §3, "Fetch"): each tile keeps a direct-mapped cache of
+//! decoded issue units with everything the scheduler needs resolved up front — the semantics'
+//! function pointers, operand values, cost, length and which contexts may issue it — so a hit costs
+//! one tag compare instead of a table walk, two table lookups and a cost computation.
+//!
+//! Why a cache checked against memory and not a program decoded at load: tile memory is writable
+//! (by stores and by the exchange), so the words at `pc` are read on every fetch and compared with
+//! the words the entry was decoded from. Code that rewrites itself runs exactly as before.
+
+use super::exec::{self, Cx, ExecFn, Flow};
+use super::{mem, FaultKind};
+use crate::isa::{decode, decode_bundle, Ctx, Instr, Issue, Kind, COISSUE_BIT, MAX_FIELDS};
+use crate::target::{EXEC_REGION_END, TILE_MEM_BASE};
+
+/// Entries per tile. Kernel loops are a few dozen issue units; 256 covers a tile's hot code.
+pub const ENTRIES: usize = 256;
+
+/// One decoded issue unit with its tag.
+#[derive(Clone, Copy)]
+pub struct Decoded {
+    /// Address it was decoded at (`u32::MAX`: empty).
+    pc: u32,
+    /// The words it was decoded from (`w1` = 0 for a single instruction).
+    words: [u32; 2],
+    /// The single instruction, or the main half of a bundle.
+    main: ExecFn,
+    main_args: [u32; MAX_FIELDS],
+    /// The aux half of a bundle (`None`: a single instruction).
+    aux: Option<(ExecFn, [u32; MAX_FIELDS])>,
+    /// The `$a` registers the aux half's operands name (the only ones it reads or writes).
+    aux_regs: AuxRegs,
+    /// Cost in issues (the larger half's for a bundle).
+    pub cost: u32,
+    /// Length in bytes (4 or 8).
+    pub len: u32,
+    /// Whether the supervisor / a worker may issue it.
+    allowed: [bool; 2],
+}
+
+impl Decoded {
+    const EMPTY: Decoded = Decoded {
+        pc: u32::MAX,
+        words: [0, 0],
+        main: exec::nop,
+        main_args: [0; MAX_FIELDS],
+        aux: None,
+        aux_regs: AuxRegs::NONE,
+        cost: 1,
+        len: 4,
+        allowed: [false, false],
+    };
+
+    fn new(pc: u32, words: [u32; 2], issue: &Issue) -> Self {
+        let allowed = |i: &Instr, ctx: Ctx| {
+            let c = i.info().ctx;
+            c == Ctx::Any || c == ctx
+        };
+        match issue {
+            Issue::Single(i) => Decoded {
+                pc,
+                words,
+                main: i.info().exec,
+                main_args: i.args,
+                aux: None,
+                aux_regs: AuxRegs::NONE,
+                cost: i.info().cost_of(&i.args),
+                len: 4,
+                allowed: [allowed(i, Ctx::Sup), allowed(i, Ctx::Worker)],
+            },
+            // `decode_bundle` only accepts an ARF aux half.
+            Issue::Bundle(m, x) => Decoded {
+                pc,
+                words,
+                main: m.info().exec,
+                main_args: m.args,
+                aux: Some((x.info().exec, x.args)),
+                aux_regs: AuxRegs::of(x),
+                cost: m.info().cost_of(&m.args).max(x.info().cost_of(&x.args)),
+                len: 8,
+                allowed: [
+                    allowed(m, Ctx::Sup) && allowed(x, Ctx::Sup),
+                    allowed(m, Ctx::Worker) && allowed(x, Ctx::Worker),
+                ],
+            },
+        }
+    }
+
+    /// Whether this is a `{main ; aux}` bundle.
+    pub fn is_bundle(&self) -> bool {
+        self.aux.is_some()
+    }
+
+    /// The words it was decoded from, for fault reports.
+    pub fn words(&self) -> [u32; 2] {
+        self.words
+    }
+
+    /// Execute it in context `ctx` (`0` supervisor, `1` worker): its control effect.
+    #[inline(always)]
+    pub fn execute(&self, cx: &mut Cx<'_>, ctx: usize) -> Result<Flow, FaultKind> {
+        if !self.allowed[ctx] {
+            return Err(FaultKind::WrongContext);
+        }
+        let Some((aux, aux_args)) = &self.aux else {
+            return (self.main)(cx, &self.main_args);
+        };
+        // Both halves read the registers as they were before the bundle (docs/target.md §4.1).
+        // The aux (ARF) half reads and writes only the `$a` registers its operands name, so only
+        // those are set aside while the main half runs first, then given back to the aux half.
+        let regs = self.aux_regs.regs();
+        let mut before = [0u32; AuxRegs::MAX];
+        for (b, &r) in before.iter_mut().zip(regs) {
+            *b = cx.regs.a[r as usize];
+        }
+        (self.main)(cx, &self.main_args)?;
+        let mut after_main = [0u32; AuxRegs::MAX];
+        for ((m, b), &r) in after_main.iter_mut().zip(before).zip(regs) {
+            *m = core::mem::replace(&mut cx.regs.a[r as usize], b);
+        }
+        aux(cx, aux_args)?;
+        let mut clash = false;
+        for ((m, b), &r) in after_main.iter().zip(before).zip(regs) {
+            let x = cx.regs.a[r as usize];
+            let aux_wrote = x != b;
+            clash |= aux_wrote & (*m != b);
+            cx.regs.a[r as usize] = if aux_wrote { x } else { *m };
+        }
+        if clash {
+            return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
+        }
+        Ok(Flow::Next)
+    }
+}
+
+/// The distinct `$a` registers named by an instruction's operands (a pair names two).
+#[derive(Clone, Copy)]
+struct AuxRegs {
+    regs: [u8; AuxRegs::MAX],
+    len: u8,
+}
+
+impl AuxRegs {
+    /// Three pair operands at most.
+    const MAX: usize = 6;
+    const NONE: AuxRegs = AuxRegs { regs: [0; AuxRegs::MAX], len: 0 };
+
+    fn of(i: &Instr) -> Self {
+        let mut out = AuxRegs::NONE;
+        let mut add = |r: u32| {
+            if !out.regs().contains(&(r as u8)) {
+                out.regs[out.len as usize] = r as u8;
+                out.len += 1;
+            }
+        };
+        for (f, &v) in i.info().fields.iter().zip(&i.args) {
+            match f.kind {
+                Kind::AReg => add(v),
+                Kind::APair => {
+                    add(v);
+                    add(v + 1);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn regs(&self) -> &[u8] {
+        &self.regs[..self.len as usize]
+    }
+}
+
+/// A tile's cache of decoded issue units.
+#[derive(Clone)]
+pub struct DecodeCache {
+    entries: [Decoded; ENTRIES],
+}
+
+impl Default for DecodeCache {
+    fn default() -> Self {
+        DecodeCache { entries: [Decoded::EMPTY; ENTRIES] }
+    }
+}
+
+impl DecodeCache {
+    /// The issue unit at `pc`, decoded (from the cache when the words in memory are the words it
+    /// was decoded from). Faults as docs/target.md §3 says a fetch faults.
+    #[inline(always)]
+    pub fn fetch(&mut self, mem: &[u8], pc: u32) -> Result<&Decoded, FaultKind> {
+        if !(TILE_MEM_BASE..EXEC_REGION_END).contains(&pc) {
+            return Err(FaultKind::FetchOutsideExecRegion);
+        }
+        let w0 = mem::ld32(mem, pc).map_err(|_| FaultKind::FetchMisaligned)?;
+        let w1 = if w0 & COISSUE_BIT != 0 && pc + 4 < EXEC_REGION_END { mem::ld32(mem, pc + 4)? } else { 0 };
+        let slot = ((pc >> 2) as usize) % ENTRIES;
+        let e = &self.entries[slot];
+        if e.pc == pc && e.words == [w0, w1] {
+            return Ok(&self.entries[slot]);
+        }
+        let (first, co) = decode(w0).map_err(FaultKind::Undecodable)?;
+        let issue = if co {
+            if !pc.is_multiple_of(8) {
+                return Err(FaultKind::FetchMisaligned);
+            }
+            decode_bundle(w0, w1).map_err(FaultKind::Undecodable)?
+        } else {
+            Issue::Single(first)
+        };
+        self.entries[slot] = Decoded::new(pc, [w0, w1], &issue);
+        Ok(&self.entries[slot])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::{encode, Class, Op, TABLE};
+    use crate::target::{CWEI_BYTES, TILE_MEM_SIZE};
+    use crate::tile::{Regs, Tile, TileBus, WorkerFp};
+    use alloc::vec;
+
+    /// An empty entry never hits: its tag is not a fetchable address.
+    #[test]
+    fn empty_entries_never_hit() {
+        let mut mem = [0u8; 64];
+        let nop = encode(&Instr::new(Op::Nop, &[])).expect("nop encodes");
+        mem[..4].copy_from_slice(&nop.to_le_bytes());
+        let mut c = DecodeCache::default();
+        assert!(!(TILE_MEM_BASE..EXEC_REGION_END).contains(&Decoded::EMPTY.pc));
+        let d = c.fetch(&mem, TILE_MEM_BASE).expect("nop decodes");
+        assert_eq!(d.words(), [nop, 0]);
+        assert_eq!((d.len, d.cost, d.allowed), (4, 1, [true, true]));
+    }
+
+    struct NoBus;
+    impl TileBus for NoBus {
+        fn send(&mut self, _: u64, _: &[u8]) {}
+        fn set_mux(&mut self, _: u64, _: u32) {}
+        fn set_incoming_ptr(&mut self, _: u64, _: u32) {}
+        fn set_dcount(&mut self, _: u64, _: u32) {}
+    }
+
+    /// The bundle rule as docs/target.md §4.1 states it, on the whole `$a` file: both halves
+    /// read the registers as they were before; a register both halves change is a fault.
+    fn bundle_by_the_rule(cx: &mut Cx<'_>, main: &Instr, aux: &Instr) -> Result<Flow, FaultKind> {
+        let before = cx.regs.a;
+        (main.info().exec)(cx, &main.args)?;
+        let after_main = core::mem::replace(&mut cx.regs.a, before);
+        (aux.info().exec)(cx, &aux.args)?;
+        for r in 0..16 {
+            let (b, m, x) = (before[r], after_main[r], cx.regs.a[r]);
+            if x != b && m != b {
+                return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
+            }
+            cx.regs.a[r] = if x != b { x } else { m };
+        }
+        Ok(Flow::Next)
+    }
+
+    /// The decoded bundle path (which sets aside only the aux half's operand registers) gives
+    /// the rule's registers, FP state, memory and faults for random bundles of every main and
+    /// aux instruction, with register clashes included.
+    #[test]
+    fn decoded_bundles_follow_the_bundle_rule() {
+        let mains: vec::Vec<_> = TABLE.iter().filter(|i| i.can_coissue()).collect();
+        let auxes: vec::Vec<_> = TABLE.iter().filter(|i| i.class == Class::Arf).collect();
+        let mut s = 0x2545_F491u32;
+        let mut rand = move || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s
+        };
+        let (mut faults, mut clashes) = (0, 0);
+        let mut mems = [vec![0u8; TILE_MEM_SIZE], vec![0u8; TILE_MEM_SIZE]];
+        let mut template = vec![0u8; 64 * 1024];
+        for n in 0..3000 {
+            let (mi, xi) = (mains[n % mains.len()], auxes[(n / mains.len()) % auxes.len()]);
+            let w0 = (rand() & !mi.fixed_mask()) | mi.base | COISSUE_BIT;
+            let w1 = (rand() & !xi.fixed_mask()) | xi.base;
+            let Ok(Issue::Bundle(main, aux)) = decode_bundle(w0, w1) else { panic!("{w0:#x} {w1:#x}") };
+            let mut regs = Regs::default();
+            for r in 0..15 {
+                // Half the `$m` registers are aligned addresses, half small offsets.
+                regs.m[r] = if r % 2 == 0 { TILE_MEM_BASE + 8 * (rand() % 4096) } else { 8 * (rand() % 8) };
+            }
+            for v in regs.a.iter_mut() {
+                // f16/f32 bit patterns from a narrow exponent range keep the arithmetic finite.
+                *v = (rand() & 0x83FF_83FF) | 0x3800_3800;
+            }
+            let mut shared = Tile::new(0, TILE_MEM_BASE).shared;
+            let mut cwei = [0u8; CWEI_BYTES];
+            for b in cwei.iter_mut() {
+                *b = (rand() & 0xBB) as u8;
+            }
+            shared.cwei_f32.refresh(&cwei);
+            let mut fp = WorkerFp { nfmt: rand() & 1, scl: rand() & 7, ..WorkerFp::default() };
+            for v in fp.aacc.iter_mut() {
+                *v = (rand() % 64) as f32;
+            }
+            let (k, c) = (rand() | 1, rand());
+            for (i, b) in template.iter_mut().enumerate() {
+                *b = ((i as u32).wrapping_mul(k).wrapping_add(c) >> 13) as u8;
+            }
+            let mut run = |decoded: bool| {
+                let (mut regs, mut shared, mut fp) = (regs, shared, fp);
+                let mem = &mut mems[decoded as usize];
+                mem[..template.len()].copy_from_slice(&template);
+                let mut cx = Cx {
+                    regs: &mut regs,
+                    mem,
+                    shared: &mut shared,
+                    fp: Some(&mut fp),
+                    bus: &mut NoBus,
+                    cycle: 0,
+                    pc: TILE_MEM_BASE,
+                };
+                let r = if decoded {
+                    Decoded::new(TILE_MEM_BASE, [w0, w1], &Issue::Bundle(main, aux)).execute(&mut cx, 1)
+                } else {
+                    bundle_by_the_rule(&mut cx, &main, &aux)
+                };
+                // A fault stops the device: registers are not observable after it, memory is.
+                r.is_ok().then(|| (regs, fp.aacc.map(f32::to_bits), fp.drain.map(f32::to_bits))).ok_or(r)
+            };
+            let (want, got) = (run(false), run(true));
+            assert!(want == got, "{main:?} ; {aux:?}: {:?} vs {:?}", want.err(), got.err());
+            assert!(mems[0] == mems[1], "{main:?} ; {aux:?}: memory differs");
+            faults += want.is_err() as u32;
+            clashes += matches!(want, Err(Err(FaultKind::BadOperand(_)))) as u32;
+        }
+        // Both outcomes are exercised, not only the fault-free path.
+        assert!(faults > 100 && clashes > 20 && faults < 2500, "{faults} faults, {clashes} clashes");
+    }
+}
