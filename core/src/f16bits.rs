@@ -30,20 +30,20 @@ pub fn from_f32(x: f32) -> u16 {
     let bits = x.to_bits();
     let sign = (bits >> 16) & 0x8000;
     let a = bits & 0x7FFF_FFFF;
+    // All three cases are computed and one selected, so that four lanes vectorise.
+    let inf_or_nan = if a > 0x7F80_0000 { 0x7E00 | (a & 0x007F_FFFF) >> 13 } else { 0x7C00 };
+    // |x| < 2^-14: the f32 adder rounds to the subnormal grid.
+    let subnormal =
+        (f32::from_bits(a) + f32::from_bits(SUBNORMAL_MAGIC)).to_bits().wrapping_sub(SUBNORMAL_MAGIC);
+    // Normal: rebias, add half an ulp minus one plus the kept lowest bit, drop 13 bits (a carry
+    // into the exponent is the correct result, up to infinity).
+    let normal = a.wrapping_add(0xC800_0FFF).wrapping_add((a >> 13) & 1) >> 13;
     let o = if a >= 0x4780_0000 {
-        // |x| ≥ 2^16: infinity, or NaN.
-        if a > 0x7F80_0000 {
-            0x7E00 | (a & 0x007F_FFFF) >> 13
-        } else {
-            0x7C00
-        }
+        inf_or_nan
     } else if a < 0x3880_0000 {
-        // |x| < 2^-14: the f32 adder rounds to the subnormal grid.
-        (f32::from_bits(a) + f32::from_bits(SUBNORMAL_MAGIC)).to_bits() - SUBNORMAL_MAGIC
+        subnormal
     } else {
-        // Normal: rebias, add half an ulp minus one plus the kept lowest bit, drop 13 bits (a
-        // carry into the exponent is the correct result, up to infinity).
-        (a.wrapping_add(0xC800_0FFF) + ((a >> 13) & 1)) >> 13
+        normal
     };
     (o | sign) as u16
 }

@@ -12,6 +12,7 @@ use ipu_core::plan::matmul::{fan_in, reduction_rounds, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
 
+mod gemm64;
 mod layernorm;
 pub mod map;
 mod matmul;
@@ -523,59 +524,52 @@ fn matmul_exact(
     let (av, am, ad) = gather(ea, da, l.a_batched, m, k, l.ta);
     let (bv, bm, bd) = gather(eb, db, l.b_batched, k, n, l.tb);
     let exact_operands = ad.iter().all(|x| *x == 0.0) && bd.iter().all(|x| *x == 0.0);
+    let a_abs: Vec<f64> = if exact_operands { Vec::new() } else { av.iter().map(|v| v.abs()).collect() };
     let al = r.alpha.unwrap_or(1.0);
-    // Four rows at a time share each row of B; columns in chunks of 256 keep the sums in L1.
-    const R: usize = 4;
-    const J: usize = 256;
-    let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..(batch * m).div_ceil(R))
+    // Row blocks of one batch entry, in parallel; each computes s = A·B, mag = (|A|+δA)·(|B|+δB)
+    // and, when the operands carry errors, prop = δA·(|B|+δB) + |A|·δB (gemm64: k-ordered sums).
+    const ROWS: usize = 16;
+    let blocks: Vec<(usize, usize)> =
+        (0..batch).flat_map(|bi| (0..m).step_by(ROWS).map(move |i0| (bi, i0))).collect();
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = blocks
         .into_par_iter()
-        .flat_map_iter(|chunk| {
-            let rows: Vec<usize> = (chunk * R..((chunk + 1) * R).min(batch * m)).collect();
-            let mut s = vec![vec![0f64; n]; rows.len()];
-            let mut mag = vec![vec![0f64; n]; rows.len()];
-            let mut prop = vec![vec![0f64; n]; rows.len()];
-            let abase: Vec<usize> =
-                rows.iter().map(|&row| (if l.a_batched { row / m } else { 0 } * m + row % m) * k).collect();
-            for j0 in (0..n).step_by(J) {
-                let jn = J.min(n - j0);
-                for kk in 0..k {
-                    for (x, &row) in rows.iter().enumerate() {
-                        let bbase = if l.b_batched { row / m } else { 0 } * k * n + kk * n + j0;
-                        let (b, b_mag) = (&bv[bbase..bbase + jn], &bm[bbase..bbase + jn]);
-                        let (a, a_mag) = (av[abase[x] + kk], am[abase[x] + kk]);
-                        for ((sj, b), (mj, bmj)) in
-                            s[x][j0..j0 + jn].iter_mut().zip(b).zip(mag[x][j0..j0 + jn].iter_mut().zip(b_mag))
-                        {
-                            *sj += a * b;
-                            *mj += a_mag * bmj;
-                        }
-                        if !exact_operands {
-                            // δa·(|b| + δb) + |a|·δb: the operands' own errors carried through.
-                            let (a_del, b_del) = (ad[abase[x] + kk], &bd[bbase..bbase + jn]);
-                            for ((pj, bmj), bdj) in prop[x][j0..j0 + jn].iter_mut().zip(b_mag).zip(b_del) {
-                                *pj += a_del * bmj + a.abs() * bdj;
-                            }
-                        }
-                    }
-                }
-            }
-            (0..rows.len())
+        .flat_map_iter(|(bi, i0)| {
+            let nr = ROWS.min(m - i0);
+            let ab = (if l.a_batched { bi } else { 0 } * m + i0) * k;
+            let bb = if l.b_batched { bi } else { 0 } * k * n;
+            let (ar, br) = (ab..ab + nr * k, bb..bb + k * n);
+            let [s, mag] = <[Vec<f64>; 2]>::try_from(gemm64::products::<1>(
+                &[
+                    gemm64::Product { a: [&av[ar.clone()]], b: [&bv[br.clone()]] },
+                    gemm64::Product { a: [&am[ar.clone()]], b: [&bm[br.clone()]] },
+                ],
+                nr,
+                k,
+                n,
+            ))
+            .expect("two products");
+            let prop = if exact_operands {
+                vec![0f64; nr * n]
+            } else {
+                let p = gemm64::Product { a: [&ad[ar.clone()], &a_abs[ar]], b: [&bm[br.clone()], &bd[br]] };
+                gemm64::products::<2>(&[p], nr, k, n).swap_remove(0)
+            };
+            (0..nr)
                 .map(|x| {
-                    let bounds = (0..n)
-                        .map(|j| {
-                            let mut bd =
-                                al.abs() * (prop[x][j] + (round_acc + round_f32) * mag[x][j] + under);
+                    let bounds = (x * n..(x + 1) * n)
+                        .map(|e| {
+                            let mut bd = al.abs() * (prop[e] + (round_acc + round_f32) * mag[e] + under);
                             if r.alpha.is_some() {
                                 bd += unit_roundoff(DType::F16)
                                     * al.abs()
-                                    * mag[x][j]
+                                    * mag[e]
                                     * (1.0 + round_acc + round_f32)
                                     + underflow_error(DType::F16);
                             }
                             bd
                         })
                         .collect::<Vec<f64>>();
-                    (s[x].iter().map(|v| v * al).collect::<Vec<f64>>(), bounds)
+                    (s[x * n..(x + 1) * n].iter().map(|v| v * al).collect::<Vec<f64>>(), bounds)
                 })
                 .collect::<Vec<_>>()
         })
