@@ -38,11 +38,14 @@ fn main() {
         let [tm, tn, tk] = b.package.plan.grids[0];
         println!(
             "siglip_gemm {name} M={m} K={k} N={n} grid={tm}x{tn}x{tk} cycles={} predicted={} \
-             bound_f32acc={bound32:.0} ({:.1}%) bound_f16acc={bound16:.0} ({:.1}%) build_ms={build_ms} sim_s={sim_s:.1}",
+             bound_f32acc={bound32:.0} ({:.1}%) bound_f16acc={bound16:.0} ({:.1}%) build_ms={build_ms} sim_s={sim_s:.1} \
+             tile_instructions={} instr_per_s={:.3e}",
             r.cycles,
             b.package.plan.predicted_cycles,
             100.0 * bound32 / r.cycles as f64,
             100.0 * bound16 / r.cycles as f64,
+            r.issued,
+            r.issued as f64 / sim_s,
         );
     }
 }
