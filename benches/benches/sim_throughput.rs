@@ -1,6 +1,6 @@
 //! Simulated tile-instructions per second on full-chip programs (`cargo bench --bench
 //! sim_throughput`). Prints one line per program and thread count; the figure of merit is
-//! instructions per second per host thread.
+//! instructions per second per host thread. `TILES=n` runs on fewer tiles.
 
 use ipu_host::program::TileProgram;
 use ipu_host::sim::{SimConfig, SimDevice};
@@ -53,24 +53,30 @@ loop:
     halt
 ";
 
+/// Runs of each measurement; the fastest is reported (a shared host only ever adds time).
+const RUNS: usize = 3;
+
 fn measure(name: &str, src: &str, threads: usize) {
     let prog = TileProgram::from_asm(src).expect("assembles");
-    let mut dev = SimDevice::new(SimConfig {
-        tiles: std::env::var("TILES").map(|v| v.parse().unwrap()).unwrap_or(1472),
-        threads,
-        max_cycles: u64::MAX,
-    })
-    .expect("device");
-    for t in 0..dev.tile_count() as u16 {
-        dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
+    let tiles = std::env::var("TILES").ok().and_then(|v| v.parse().ok()).unwrap_or(1472);
+    let mut best: Option<(f64, ipu_host::device::RunReport)> = None;
+    for _ in 0..RUNS {
+        let mut dev = SimDevice::new(SimConfig { tiles, threads, max_cycles: u64::MAX }).expect("device");
+        for t in 0..dev.tile_count() as u16 {
+            dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
+        }
+        let start = Instant::now();
+        let r = dev.run_to_host_sync().expect("runs");
+        let secs = start.elapsed().as_secs_f64();
+        if best.as_ref().is_none_or(|(s, _)| secs < *s) {
+            best = Some((secs, r));
+        }
     }
-    let start = Instant::now();
-    let r = dev.run_to_host_sync().expect("runs");
-    let secs = start.elapsed().as_secs_f64();
+    let (secs, r) = best.expect("at least one run");
     let per_sec = r.issued as f64 / secs;
     println!(
-        "sim_throughput program={name} tiles=1472 threads={threads} issued={} device_cycles={} host_s={secs:.3} \
-         instr_per_s={:.3e} instr_per_s_per_thread={:.3e}",
+        "sim_throughput program={name} tiles={tiles} threads={threads} issued={} device_cycles={} \
+         host_s={secs:.3} (best of {RUNS}) instr_per_s={:.3e} instr_per_s_per_thread={:.3e}",
         r.issued,
         r.cycles,
         per_sec,

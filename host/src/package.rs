@@ -2,11 +2,11 @@
 //! `docs/format.md` before anything reaches a device.
 
 use ipu_core::target::{in_tile_memory, EXEC_REGION_END, TILE_MEM_BASE};
-use rayon::slice::ParallelSliceMut;
 use ipu_schema::{
     decode, encode, read_container, write_container, Binding, BuildInfo, Direction, HostExchange,
     PlanSummary, SectionKind, Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
 };
+use rayon::slice::ParallelSliceMut;
 
 /// Check that the slices of `b` cover every byte of the tensor, exactly once when `exact`.
 /// A slice whose rows are consecutive in the tensor counts as one byte range; only strided slices
