@@ -35,15 +35,11 @@ dtype = "f16"
 {ops}"""
 
 
-MLP_OPS = """[[ops]]
-op = "cast"
-input = "XN"
-output = "X8"
-dtype = "f8e4m3"
-scale = -4
-[[ops]]
+def matmul_bias(a):
+    """`a`·W as Y, then Y + b as Yb (both stages end this way)."""
+    return f"""[[ops]]
 op = "matmul"
-a = "X8"
+a = "{a}"
 b = "W"
 output = "Y"
 dtype = "f16"
@@ -54,7 +50,16 @@ a = "Y"
 b = "b"
 output = "Yb"
 dtype = "f16"
-[[ops]]
+"""
+
+
+MLP_OPS = """[[ops]]
+op = "cast"
+input = "XN"
+output = "X8"
+dtype = "f8e4m3"
+scale = -4
+""" + matmul_bias("X8") + """[[ops]]
 op = "gelu"
 input = "Yb"
 output = "H"
@@ -62,20 +67,7 @@ dtype = "f16"
 approximate = "tanh"
 """
 
-QPROJ_OPS = """[[ops]]
-op = "matmul"
-a = "XN"
-b = "W"
-output = "Y"
-dtype = "f16"
-accumulate = "f16"
-[[ops]]
-op = "add"
-a = "Y"
-b = "b"
-output = "Yb"
-dtype = "f16"
-"""
+QPROJ_OPS = matmul_bias("XN")
 
 
 def main():

@@ -1,4 +1,4 @@
-//! Issue units decoded once (docs/target.md §3, "Fetch"): each tile keeps a direct-mapped cache of
+//! Issue units decoded once (docs/target.md §2, fetch): each tile keeps a direct-mapped cache of
 //! decoded issue units with everything the scheduler needs resolved up front — the semantics'
 //! function pointers, operand values, cost, length and which contexts may issue it — so a hit costs
 //! one tag compare instead of a table walk, two table lookups and a cost computation.
@@ -184,7 +184,7 @@ impl Default for DecodeCache {
 
 impl DecodeCache {
     /// The issue unit at `pc`, decoded (from the cache when the words in memory are the words it
-    /// was decoded from). Faults as docs/target.md §3 says a fetch faults.
+    /// was decoded from). Faults as docs/target.md §2 and §7 say a fetch faults.
     #[inline(always)]
     pub fn fetch(&mut self, mem: &[u8], pc: u32) -> Result<&Decoded, FaultKind> {
         if !(TILE_MEM_BASE..EXEC_REGION_END).contains(&pc) {

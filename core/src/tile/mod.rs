@@ -262,10 +262,6 @@ impl Tile {
         }
     }
 
-    fn fault(&self, ctx: CtxId, pc: u32, words: [u32; 2], cycle: u64, kind: FaultKind) -> Fault {
-        Fault { tile: self.shared.id, ctx, pc, words, cycle, kind }
-    }
-
     fn step_sup(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64) -> Result<(), Fault> {
         let pc = self.sup.pc;
         let id = self.shared.id;
@@ -274,7 +270,6 @@ impl Tile {
         let (words, cost, len) = (d.words(), d.cost, d.len);
         let mut cx = Cx { regs: &mut self.sup, mem, shared: &mut self.shared, fp: None, bus, cycle: t, pc };
         let flow = d.execute(&mut cx, 0).map_err(|k| fault(words, k))?;
-        let fault = |s: &Self, k| s.fault(CtxId::Sup, pc, words, t, k);
         self.last_cycle = t;
         let mut next_pc = pc.wrapping_add(len);
         match flow {
@@ -290,21 +285,21 @@ impl Tile {
             }
             Flow::Sync(z @ (zone::INTERNAL | zone::HOST)) => {
                 if self.owned_slots() != 0 {
-                    return Err(fault(self, FaultKind::WorkersRunning));
+                    return Err(fault(words, FaultKind::WorkersRunning));
                 }
                 self.sup_state = SupState::AtSync(z);
             }
-            Flow::Sync(z) => return Err(fault(self, FaultKind::InvalidZone(z))),
+            Flow::Sync(z) => return Err(fault(words, FaultKind::InvalidZone(z))),
             Flow::Run { entry, arg, all } => {
-                self.start_workers(t, entry, arg, all).map_err(|k| fault(self, k))?
+                self.start_workers(t, entry, arg, all).map_err(|k| fault(words, k))?
             }
             Flow::Halt => {
                 if self.owned_slots() != 0 {
-                    return Err(fault(self, FaultKind::WorkersRunning));
+                    return Err(fault(words, FaultKind::WorkersRunning));
                 }
                 self.sup_state = SupState::Halted;
             }
-            Flow::Exit | Flow::Rpt { .. } => return Err(fault(self, FaultKind::WrongContext)),
+            Flow::Exit | Flow::Rpt { .. } => return Err(fault(words, FaultKind::WrongContext)),
         }
         self.issued += 1;
         self.sup.pc = next_pc;
@@ -354,7 +349,6 @@ impl Tile {
         let mut cx =
             Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
         let flow = d.execute(&mut cx, 1).map_err(|e| fault(words, e))?;
-        let fault = |_: &Self, e| fault(words, e);
         let w = &mut self.workers[k];
         let mut next_pc = pc.wrapping_add(len);
         match flow {
@@ -366,10 +360,10 @@ impl Tile {
             }
             Flow::Rpt { count, bundles } => {
                 if count > RPT_MAX_COUNT {
-                    return Err(fault(self, FaultKind::RptCount(count)));
+                    return Err(fault(words, FaultKind::RptCount(count)));
                 }
                 if next_pc % 8 != 0 || bundles == 0 {
-                    return Err(fault(self, FaultKind::RptAlign));
+                    return Err(fault(words, FaultKind::RptAlign));
                 }
                 if count > 0 {
                     w.rpt_left = count;
@@ -379,7 +373,7 @@ impl Tile {
                     next_pc += 8 * bundles;
                 }
             }
-            _ => return Err(fault(self, FaultKind::WrongContext)),
+            _ => return Err(fault(words, FaultKind::WrongContext)),
         }
         if in_rpt && next_pc == w.rpt_end {
             w.rpt_left -= 1;

@@ -23,45 +23,42 @@ pub struct Product<'a, const T: usize> {
     pub b: [&'a [f64]; T],
 }
 
-/// Rows `rows` × columns `n` of each product, row-major, for the `k`-long sums.
-pub fn products<const T: usize>(ps: &[Product<'_, T>], rows: usize, k: usize, n: usize) -> Vec<Vec<f64>> {
+/// Rows `rows` × columns `n` of the product, row-major, for the `k`-long sums.
+pub fn product<const T: usize>(p: &Product<'_, T>, rows: usize, k: usize, n: usize) -> Vec<f64> {
+    for t in 0..T {
+        assert!(p.a[t].len() >= rows * k && p.b[t].len() >= k * n, "operand shorter than its shape");
+    }
     let zero = vec![0f64; k];
-    let mut outs = vec![vec![0f64; rows * n]; ps.len()];
-    for (p, out) in ps.iter().zip(outs.iter_mut()) {
-        for t in 0..T {
-            assert!(p.a[t].len() >= rows * k && p.b[t].len() >= k * n, "operand shorter than its shape");
+    let mut out = vec![0f64; rows * n];
+    let mut panels: [Vec<f64>; T] = core::array::from_fn(|_| vec![0f64; k * PANEL]);
+    for j0 in (0..n).step_by(PANEL) {
+        let jn = PANEL.min(n - j0);
+        for (t, panel) in panels.iter_mut().enumerate() {
+            pack(p.b[t], k, n, j0, jn, panel);
         }
-        let mut panels: [Vec<f64>; T] = core::array::from_fn(|_| vec![0f64; k * PANEL]);
-        for j0 in (0..n).step_by(PANEL) {
-            let jn = PANEL.min(n - j0);
-            for (t, panel) in panels.iter_mut().enumerate() {
-                pack(p.b[t], k, n, j0, jn, panel);
-            }
-            for i0 in (0..rows).step_by(R) {
-                let a_rows: [[&[f64]; R]; T] = core::array::from_fn(|t| {
-                    core::array::from_fn(|r| {
-                        let i = i0 + r;
-                        if i < rows {
-                            &p.a[t][i * k..(i + 1) * k]
-                        } else {
-                            &zero[..]
-                        }
-                    })
-                });
-                for q in 0..jn.div_ceil(C) {
-                    let b_quads: [&[f64]; T] =
-                        core::array::from_fn(|t| &panels[t][q * k * C..(q + 1) * k * C]);
-                    let acc = block::<T>(&a_rows, &b_quads, k);
-                    for (r, acc_r) in acc.iter().enumerate().take(rows - i0) {
-                        for (c, v) in acc_r.iter().enumerate().take(jn - q * C) {
-                            out[(i0 + r) * n + j0 + q * C + c] = *v;
-                        }
+        for i0 in (0..rows).step_by(R) {
+            // Rows past the end read zeros and are not written.
+            let a_rows: [[&[f64]; R]; T] = core::array::from_fn(|t| {
+                core::array::from_fn(|r| {
+                    if i0 + r < rows {
+                        &p.a[t][(i0 + r) * k..(i0 + r + 1) * k]
+                    } else {
+                        &zero[..]
+                    }
+                })
+            });
+            for q in 0..jn.div_ceil(C) {
+                let b_quads: [&[f64]; T] = core::array::from_fn(|t| &panels[t][q * k * C..(q + 1) * k * C]);
+                let acc = block::<T>(&a_rows, &b_quads, k);
+                for (r, acc_r) in acc.iter().enumerate().take(rows - i0) {
+                    for (c, v) in acc_r.iter().enumerate().take(jn - q * C) {
+                        out[(i0 + r) * n + j0 + q * C + c] = *v;
                     }
                 }
             }
         }
     }
-    outs
+    out
 }
 
 /// Columns `j0..j0+jn` of `[k][n]` as quads `[q][k][C]`, zero-padded to whole quads.
@@ -116,8 +113,8 @@ mod tests {
         let a2: Vec<f64> = (0..rows * k).map(|i| val(i, 2)).collect();
         let b1: Vec<f64> = (0..k * n).map(|i| val(i, 3)).collect();
         let b2: Vec<f64> = (0..k * n).map(|i| val(i, 4)).collect();
-        let one = products::<1>(&[Product { a: [&a1], b: [&b1] }], rows, k, n);
-        let two = products::<2>(&[Product { a: [&a1, &a2], b: [&b1, &b2] }], rows, k, n);
+        let one = product(&Product { a: [&a1], b: [&b1] }, rows, k, n);
+        let two = product(&Product { a: [&a1, &a2], b: [&b1, &b2] }, rows, k, n);
         let mut differs_from_pairwise = false;
         for i in 0..rows {
             for j in 0..n {
@@ -126,8 +123,8 @@ mod tests {
                     s1 += a1[i * k + kk] * b1[kk * n + j];
                     s2 += a1[i * k + kk] * b1[kk * n + j] + a2[i * k + kk] * b2[kk * n + j];
                 }
-                assert_eq!(one[0][i * n + j].to_bits(), s1.to_bits(), "({i}, {j})");
-                assert_eq!(two[0][i * n + j].to_bits(), s2.to_bits(), "({i}, {j})");
+                assert_eq!(one[i * n + j].to_bits(), s1.to_bits(), "({i}, {j})");
+                assert_eq!(two[i * n + j].to_bits(), s2.to_bits(), "({i}, {j})");
                 let split: f64 = (0..k).map(|kk| a1[i * k + kk] * b1[kk * n + j]).rev().sum();
                 differs_from_pairwise |= split.to_bits() != s1.to_bits();
             }

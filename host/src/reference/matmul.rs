@@ -7,8 +7,8 @@
 
 use super::{fmt, is_fp8, round, HostTensor};
 use half::f16;
-use ipu_core::fp8;
 use ipu_core::plan::matmul::split;
+use ipu_core::{f16bits, fp8};
 use ipu_schema::DType;
 use rayon::prelude::*;
 
@@ -137,24 +137,11 @@ pub fn matmul_device_scalar(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
     (rows.concat(), shape)
 }
 
-/// f32 → nearest f16 (ties to even) → f32, as `half::f16::from_f32(x).to_f32()`, without a branch
-/// for the common case: values whose f16 is normal are rounded on the f32 bits (add half an f16
-/// ulp minus one, plus the lowest kept bit, then clear the 13 dropped bits); zero, subnormal,
-/// overflowing and non-finite values take `half`'s path.
+/// f32 → nearest f16 (ties to even) → f32, as `half::f16::from_f32(x).to_f32()`, branch-free
+/// (`ipu_core::f16bits`, the simulator's own conversions) so that loops over it vectorise.
 #[inline]
 pub fn round_f16(x: f32) -> f32 {
-    let bits = x.to_bits();
-    let exp = (bits >> 23) & 0xFF;
-    // f16 normals: 2^-14 ≤ |x| < 2^16 (rounding may still overflow: checked below).
-    if (113..143).contains(&exp) {
-        let lsb = (bits >> 13) & 1;
-        let r = (bits + 0x0FFF + lsb) & !0x1FFF;
-        // 65520 and up rounds past the largest f16 (65504): infinity.
-        if (r & 0x7FFF_FFFF) <= 0x477F_E000 {
-            return f32::from_bits(r);
-        }
-    }
-    f16::from_f32(x).to_f32()
+    f16bits::to_f32(f16bits::from_f32(x))
 }
 
 /// Rows of the output computed together (they share every load of B).
@@ -162,34 +149,10 @@ const ROWS: usize = 4;
 /// Output columns per chunk (accumulators stay in L1).
 const COLS: usize = 256;
 
-/// The branch-free part of [`round_f16`]: the rounded value, and whether it applies.
-#[inline(always)]
-fn round_f16_normal(x: f32) -> (f32, bool) {
-    let bits = x.to_bits();
-    let exp = (bits >> 23) & 0xFF;
-    let r = (bits + 0x0FFF + ((bits >> 13) & 1)) & !0x1FFF;
-    (f32::from_bits(r), (113..143).contains(&exp) && (r & 0x7FFF_FFFF) <= 0x477F_E000)
-}
-
-/// Round a slice to the accumulation type: a first pass the compiler vectorises rounds every
-/// value whose f16 is normal; the rare others (zero, subnormal, overflow) go through `half`. A
-/// value the first pass rounded is an f16 normal, which the second pass leaves as it is.
+/// Round a slice to the accumulation type (f16 partials round after every block of K).
 fn round_all(v: &mut [f32], acc: DType) {
-    if acc != DType::F16 {
-        return;
-    }
-    let mut all = true;
-    for x in v.iter_mut() {
-        let (r, ok) = round_f16_normal(*x);
-        all &= ok;
-        *x = if ok { r } else { *x };
-    }
-    if !all {
-        for x in v.iter_mut() {
-            if !round_f16_normal(*x).1 {
-                *x = f16::from_f32(*x).to_f32();
-            }
-        }
+    if acc == DType::F16 {
+        v.iter_mut().for_each(|x| *x = round_f16(*x));
     }
 }
 

@@ -32,7 +32,7 @@ pub struct HostTensor {
 
 fn round(x: f32, d: DType) -> f32 {
     if d == DType::F16 {
-        f16::from_f32(x).to_f32()
+        round_f16(x)
     } else {
         x
     }
@@ -538,21 +538,15 @@ fn matmul_exact(
             let ab = (if l.a_batched { bi } else { 0 } * m + i0) * k;
             let bb = if l.b_batched { bi } else { 0 } * k * n;
             let (ar, br) = (ab..ab + nr * k, bb..bb + k * n);
-            let [s, mag] = <[Vec<f64>; 2]>::try_from(gemm64::products::<1>(
-                &[
-                    gemm64::Product { a: [&av[ar.clone()]], b: [&bv[br.clone()]] },
-                    gemm64::Product { a: [&am[ar.clone()]], b: [&bm[br.clone()]] },
-                ],
-                nr,
-                k,
-                n,
-            ))
-            .expect("two products");
+            let s =
+                gemm64::product(&gemm64::Product { a: [&av[ar.clone()]], b: [&bv[br.clone()]] }, nr, k, n);
+            let mag =
+                gemm64::product(&gemm64::Product { a: [&am[ar.clone()]], b: [&bm[br.clone()]] }, nr, k, n);
             let prop = if exact_operands {
                 vec![0f64; nr * n]
             } else {
                 let p = gemm64::Product { a: [&ad[ar.clone()], &a_abs[ar]], b: [&bm[br.clone()], &bd[br]] };
-                gemm64::products::<2>(&[p], nr, k, n).swap_remove(0)
+                gemm64::product(&p, nr, k, n)
             };
             (0..nr)
                 .map(|x| {
