@@ -17,6 +17,14 @@ fn integer_loop() {
 }
 
 #[test]
+fn code_written_at_run_time_runs_as_written() {
+    let (mut dev, prog, r) = run_one(include_str!("../programs/code_rewrite.s"));
+    let r = r.expect("runs");
+    assert_eq!((r.cycle, r.issued), (108, 19));
+    assert_eq!(read_u32(&mut dev, 0, prog.sym("result")), 16);
+}
+
+#[test]
 fn vector_fp_on_one_worker() {
     let (mut dev, prog, r) = run_one(include_str!("../programs/vector_fp.s"));
     assert_eq!(r.expect("runs").cycle, 158);
