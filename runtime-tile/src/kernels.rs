@@ -588,8 +588,13 @@ k_bias_f16_done:
 
 /// f32 → f16 in place (`cost::cvt_issues`): descriptor (ptr, quads per block, block stride,
 /// blocks), 16 bytes per worker. Each block's `4·quads` floats become as many halves packed from
-/// the block's start; a quad is read (16 bytes at 16q) before its halves are written (8 bytes at
-/// 8q), so the packing never overwrites a value not yet read.
+/// the block's start. The `rpt` body takes one quad in three bundles, software-pipelined: load the
+/// quad's second pair while the previous quad's halves are stored, so each bundle carries one load
+/// or store. A quad is read (16 bytes at 16q) before its halves are written (8 bytes at 8q), so the
+/// packing never overwrites a value not yet read; the last iteration reads 8 bytes past the
+/// block's last quad (into the next worker's scratch or the buffer's slack) and discards them.
+/// `quads` ≤ 4095 (one `rpt`; `matmul::candidates` keeps the rows per worker within it). The
+/// `rpt` sits at word 13 (≡ 4 mod 8 bytes), so its bundles are 8-aligned.
 const CVT_F32_F16: &str = "
 .align 8
 k_cvt_f32_f16:
@@ -603,16 +608,14 @@ k_cvt_f32_f16:
     brz $m2, k_cvt_f32_f16_done
     add $m7, $m7, -1
 k_cvt_f32_f16_block:
-    add $m8, $m3, 0
-    add $m9, $m3, 0
-    add $m10, $m2, -1
-k_cvt_f32_f16_loop:
+    or $m8, $m3, $m15
+    or $m9, $m3, $m15
     ld64pi $a0, $m8, 8
-    f32v2tof16 $a2, $a0
-    ld64pi $a0, $m8, 8
-    f32v2tof16 $a3, $a0
-    st64pi $a2, $m9, 8
-    brnzdec $m10, k_cvt_f32_f16_loop
+    f32v2tof16 $a4, $a0
+    rpt $m2, 3
+    { ld64pi $a2, $m8, 8 ; fnop }
+    { ld64pi $a0, $m8, 8 ; f32v2tof16 $a5, $a2 }
+    { st64pi $a4, $m9, 8 ; f32v2tof16 $a4, $a0 }
     add $m3, $m3, $m5
     brnzdec $m7, k_cvt_f32_f16_block
 k_cvt_f32_f16_done:

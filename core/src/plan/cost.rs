@@ -205,14 +205,14 @@ pub fn bias_issues(rows: u64, blocks: u64) -> u64 {
 }
 
 /// Worker issues of `cvt_f32_f16` for `quads` groups of four f32 per block over `blocks` blocks:
-/// set-up 8 (shl, add, 4×ld32, 2×brz), `add` 1; per block 3 pointer/count moves, 6 per quad
-/// (2×ld64pi, 2×f32v2tof16, st64pi, brnzdec), then the stride add and brnzdec; exit. An empty
-/// range exits at the first or second branch.
+/// set-up 8 (shl, add, 4×ld32, 2×brz), `add` 1; per block 5 (two pointer copies, the first
+/// load and conversion, `rpt`), 3 bundles per quad, then the stride add and brnzdec; exit. An
+/// empty range exits at the first or second branch.
 pub fn cvt_issues(quads: u64, blocks: u64) -> u64 {
     match (blocks, quads) {
         (0, _) => 8,
         (_, 0) => 9,
-        _ => 9 + blocks * (5 + 6 * quads) + 1,
+        _ => 9 + blocks * (7 + 3 * quads) + 1,
     }
 }
 

@@ -326,7 +326,7 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
                 tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)),
                 tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)),
             };
-            if rows.div_ceil(WORKERS as u64) + 1 > 4095 {
+            if !rows_fit_rpt(mm, rows) {
                 continue;
             }
             if fits(mm, g, fan_in(mm, g)) && !out.contains(&g) {
@@ -335,6 +335,14 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
         }
     }
     out
+}
+
+/// Whether a worker's rows fit the kernels' one `rpt`: the AMP pipeline takes `rows + 1`
+/// iterations, the f32 → f16 conversion two quads per row.
+fn rows_fit_rpt(mm: &MatMul, rows: u64) -> bool {
+    let rw = rows.div_ceil(WORKERS as u64);
+    let limit = crate::target::RPT_MAX_COUNT as u64;
+    rw + 1 <= limit && (mm.out == mm.acc || 2 * rw <= limit)
 }
 
 /// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate); `None` when
@@ -463,6 +471,16 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         let largest = a.max(b).max(c);
         let over = need.saturating_sub(TILE_MEM_SIZE as u64).max(largest.saturating_sub(region1)).max(1);
         return Err(PlanError::Memory { tile: 0, buffer: name.into(), over });
+    }
+    if !rows_fit_rpt(mm, mm.m.div_ceil(grid.tm)) {
+        return Err(PlanError::Unsupported(
+            0,
+            format!(
+                "{} rows per tile exceed the kernels' repeat count (grid tm={})",
+                mm.m.div_ceil(grid.tm),
+                grid.tm
+            ),
+        ));
     }
     if let Some((_, scale)) = mm.fp8 {
         if !(-32..=31).contains(&scale) {
