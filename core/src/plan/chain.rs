@@ -559,7 +559,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             }
                         }
                         if let Some(alpha) = alpha {
-                            let (words, slowest) = scale_descriptor(&wr, nb, blk, alpha, &name(dst));
+                            let ranges: Vec<(u64, u64)> =
+                                super::reduce::pieces(&wr).iter().map(|p| (p.at, p.rows)).collect();
+                            let (words, slowest) = scale_descriptor(&ranges, nb, blk, alpha, &name(dst));
                             run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
                         }
                     }
@@ -667,26 +669,17 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
 }
 
 /// The `ScaleF16` descriptor over a matmul output in AMP output layout (`nb` blocks of `blk`
-/// bytes; in each, per worker range `wr`, SCRATCH bytes then its rows). Only the result rows are
+/// bytes; in each, per worker, its rows `(byte offset, count)` after its scratch). Only the result rows are
 /// scaled, not the AMP scratch between them: each worker takes one worker's row range in a share
 /// of the column blocks. Returns the words and the slowest worker's issues.
 pub(super) fn scale_descriptor(
-    wr: &[(u64, u64)],
+    ranges: &[(u64, u64)],
     nb: u64,
     blk: u64,
     alpha: f32,
     buffer: &str,
 ) -> (Vec<Word>, u64) {
-    let mut off = 0;
-    let ranges: Vec<(u64, u64)> = wr
-        .iter()
-        .map(|(w0, w1)| {
-            let at = off + SCRATCH;
-            off += SCRATCH + (w1 - w0) * ROW;
-            (at, w1 - w0)
-        })
-        .filter(|r| r.1 > 0)
-        .collect();
+    let ranges: Vec<(u64, u64)> = ranges.iter().copied().filter(|r| r.1 > 0).collect();
     let active = ranges.len().max(1) as u64;
     let shares = (WORKERS as u64 / active).max(1);
     let (mut words, mut slowest) = (Vec::new(), 0);

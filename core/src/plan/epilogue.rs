@@ -7,7 +7,8 @@
 use alloc::vec::Vec;
 
 use super::cost;
-use super::matmul::{add_descriptors, descriptor_issues, zero, MatMul, ROW, SCRATCH, SLACK};
+use super::matmul::{zero, MatMul, ROW, SLACK};
+use super::reduce::{descriptor_issues, Piece};
 use super::{Buffer, Kernel, MemKind, SliceRef, Word};
 
 /// One K-group root: its tile, the workers' row ranges, its column blocks and block size, the
@@ -15,8 +16,9 @@ use super::{Buffer, Kernel, MemKind, SliceRef, Word};
 pub(super) struct Root<'a> {
     /// Tile.
     pub tile: u16,
-    /// Per worker, its rows `(first, end)` within the tile's rows.
-    pub wr: &'a [(u64, u64)],
+    /// Per worker, the rows it finishes (all its AMP rows, or its share when the K group
+    /// reduce-scatters).
+    pub pieces: &'a [Piece],
     /// Column blocks on the tile.
     pub nbt: u64,
     /// Bytes of one output block (all workers' scratch and rows).
@@ -36,18 +38,6 @@ pub(super) struct Finish {
     pub residual_slices: Vec<SliceRef>,
 }
 
-/// Each worker's first result row in a block (after its scratch) and its row count.
-fn worker_rows(wr: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut off = 0;
-    wr.iter()
-        .map(|(w0, w1)| {
-            let at = off + SCRATCH as u64;
-            off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-            (at, w1 - w0)
-        })
-        .collect()
-}
-
 /// The epilogue of one root, in the order the reference applies it.
 pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
     let mut f = Finish {
@@ -56,10 +46,10 @@ pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
         bias_slices: Vec::new(),
         residual_slices: Vec::new(),
     };
-    let rows = worker_rows(r.wr);
+    let rows: Vec<(u64, u64)> = r.pieces.iter().map(|p| (p.at, p.rows)).collect();
     let epi = mm.epilogue;
     if let Some(alpha) = mm.alpha {
-        let (words, issues) = super::chain::scale_descriptor(r.wr, r.nbt, r.cblk, alpha, "C");
+        let (words, issues) = super::chain::scale_descriptor(&rows, r.nbt, r.cblk, alpha, "C");
         f.launches.push((Kernel::ScaleF16, words, issues));
     }
     if epi.is_some_and(|e| e.bias.is_some()) {
@@ -143,31 +133,44 @@ fn bias(mm: &MatMul, r: &Root<'_>, rows: &[(u64, u64)], f: &mut Finish) {
     f.launches.push((Kernel::BiasF16, words, slowest));
 }
 
-/// The residual: bound into a buffer laid out like C (same blocks, same rows), then added over
-/// the whole buffer with the reduction's add kernel (rounds of at most 4096 chunks per worker).
+/// The residual: bound into a buffer laid out like C (same blocks, same rows), then added to each
+/// worker's piece with the reduction's add kernel, one launch per block (and per 4096 chunks of
+/// the longest piece, the kernel's `rpt` limit).
 fn residual(mm: &MatMul, r: &Root<'_>, f: &mut Finish) {
     let bc = mm.block_cols();
-    let bytes = r.nbt * r.cblk;
-    f.buffers.push(zero("Res", bytes + SLACK as u64, MemKind::Tensor));
+    f.buffers.push(zero("Res", r.nbt * r.cblk + SLACK as u64, MemKind::Tensor));
     for nbl in 0..r.nbt {
         let nb = r.nb0 + nbl;
-        for (&(w0, w1), (at, n)) in r.wr.iter().zip(worker_rows(r.wr)) {
-            if n > 0 {
-                f.residual_slices.push(SliceRef {
-                    tile: r.tile,
-                    buffer: "Res".into(),
-                    offset: (nbl * r.cblk + at) as u32,
-                    tensor_offset: ((r.m0 + w0) * mm.n + nb * bc) * 2,
-                    rows: (w1 - w0) as u32,
-                    row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
-                    tensor_stride: mm.n * 2,
-                    tile_stride: ROW,
-                });
-            }
+        for p in r.pieces.iter().filter(|p| p.rows > 0) {
+            f.residual_slices.push(SliceRef {
+                tile: r.tile,
+                buffer: "Res".into(),
+                offset: (nbl * r.cblk + p.at) as u32,
+                tensor_offset: ((r.m0 + p.row) * mm.n + nb * bc) * 2,
+                rows: p.rows as u32,
+                row_bytes: ((mm.n - nb * bc).min(bc) * 2) as u32,
+                tensor_stride: mm.n * 2,
+                tile_stride: ROW,
+            });
         }
     }
-    for words in add_descriptors(bytes, "Res", 0) {
-        let issues = descriptor_issues(Kernel::AddF16, &words);
-        f.launches.push((Kernel::AddF16, words, issues));
+    let chunks = |p: &Piece| p.rows * ROW as u64 / 8;
+    let tables = r.pieces.iter().map(chunks).max().unwrap_or(0).div_ceil(4096);
+    for nbl in 0..r.nbt {
+        for t in 0..tables {
+            let mut words = Vec::new();
+            for p in r.pieces {
+                let (c0, c1) = super::matmul::split(chunks(p), tables, t);
+                let at = (nbl * r.cblk + p.at + 8 * c0) as u32;
+                words.extend([
+                    Word::Sym("C".into(), at),
+                    Word::Sym("Res".into(), at),
+                    Word::Sym("C".into(), at),
+                    Word::Const((c1 - c0) as u32),
+                ]);
+            }
+            let issues = descriptor_issues(Kernel::AddF16, &words);
+            f.launches.push((Kernel::AddF16, words, issues));
+        }
     }
 }

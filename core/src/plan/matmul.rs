@@ -9,7 +9,8 @@ use ipu_schema::{DType, Direction};
 
 use super::cost::{self, kernel_issues};
 use super::epilogue;
-use super::exchange::{self, Transfer};
+use super::exchange;
+use super::reduce::{self, Round};
 use super::{
     BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
 };
@@ -232,8 +233,11 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
     let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
     let z = (rows.div_ceil(WORKERS as u64) + 1).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
     let r = f.saturating_sub(1).saturating_mul(c - SLACK as u64);
-    // Descriptor tables: one 96-byte table per AMP launch and per add round (`merge_descriptors`).
-    let add_tables = f.saturating_sub(1).saturating_mul((c / 8).div_ceil(WORKERS as u64 * 4096) + 1);
+    // Descriptor tables: one 96-byte table per AMP launch and per add round (`reduce.rs`: per
+    // partial and 4096 chunks, or per partial and block when the group reduce-scatters).
+    // (A reduce-scatter's tables are 192 bytes, one per partial: counted as two.)
+    let per_partial = if f == g.tk { 2 } else { (c / 8).div_ceil(WORKERS as u64 * 4096) + 1 };
+    let add_tables = f.saturating_sub(1).saturating_mul(per_partial);
     let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(96);
     let bias = if mm.epilogue.is_some_and(|e| e.bias.is_some()) { nbt.saturating_mul(32) } else { 0 };
     let residual = if mm.epilogue.is_some_and(|e| e.residual.is_some()) { c } else { 0 };
@@ -290,7 +294,9 @@ pub fn reduction_rounds(tk: u64, f: u64) -> Vec<Vec<(u64, Vec<u64>)>> {
     rounds
 }
 
-/// Analytic estimate of a grid's `run` cycles, used to screen candidates.
+/// Analytic estimate of a grid's `run` cycles, used to screen candidates: the AMP launches, the
+/// reduction (a reduce-scatter when one round takes every partial, `reduce.rs`) and the f32 → f16
+/// conversion of an f16 result on the tiles that finish the sums.
 pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
     let rows = mm.m.div_ceil(g.tm);
     let nbt = mm.nb().div_ceil(g.tn);
@@ -299,15 +305,30 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
     let (amp, add) = mm.kernel();
     let compute = nbt * kbt * (33 + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
     let mut total = compute + 5 + 90;
+    // Rows per worker on the tiles that finish the sums.
+    let mut finish_rw = rw;
     if g.tk > 1 {
-        // Per reduction round the root receives f − 1 partial blocks and adds each.
         let f = fan_in(mm, g);
-        let nr = reduction_rounds(g.tk, f).len() as u64;
-        let words = nbt * c_block(rows) / 4;
-        let xchg = 3 + (f - 1) * (words + 1) + 150;
-        let chunks = (nbt * c_block(rows) / 8).div_ceil(WORKERS as u64);
-        total +=
-            nr * (2 * 90 + xchg + (f - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32))));
+        if f == g.tk {
+            // Each tile receives its share of every other tile's partials and adds them per block.
+            finish_rw = rw.div_ceil(g.tk);
+            let words = (g.tk - 1) * nbt * WORKERS as u64 * finish_rw * ROW as u64 / 4;
+            let xchg = 3 + words + (g.tk - 1) * nbt * WORKERS as u64 + 150;
+            let adds =
+                (g.tk - 1) * nbt * (2 + cost::runall_cycles(kernel_issues(add, (finish_rw * 4) as u32)));
+            total += 2 * 90 + xchg + adds;
+        } else {
+            // Per reduction round the root receives f − 1 partial blocks and adds each.
+            let nr = reduction_rounds(g.tk, f).len() as u64;
+            let words = nbt * c_block(rows) / 4;
+            let xchg = 3 + (f - 1) * (words + 1) + 150;
+            let chunks = (nbt * c_block(rows) / 8).div_ceil(WORKERS as u64);
+            total +=
+                nr * (2 * 90 + xchg + (f - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32))));
+        }
+    }
+    if mm.out != mm.acc {
+        total += 2 + cost::runall_cycles(cost::cvt_issues(2 * finish_rw, nbt));
     }
     total
 }
@@ -491,6 +512,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         }
     }
     let (amp, add) = mm.kernel();
+    let add_blocks = if add == Kernel::AddF32 { Kernel::AddBlocksF32 } else { Kernel::AddBlocksF16 };
     let order = tile_order(mm, grid, tiles);
     let tile_of = |i: u64, j: u64, l: u64| order[(((i * grid.tn) + j) * grid.tk + l) as usize];
     let mut plans = vec![TilePlan::default(); tiles];
@@ -498,6 +520,9 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let mut b_slices = Vec::new();
     let mut c_slices = Vec::new();
     let f = fan_in(mm, grid);
+    // One round takes every partial: the group reduce-scatters (`reduce.rs`).
+    let scatter = grid.tk > 1 && f == grid.tk;
+    let mut groups: Vec<Vec<u16>> = Vec::new();
     // Kernels that finish each K-group root's result after the reduction: alpha, f32 → f16.
     let mut scales: Vec<(u16, Kernel, Vec<Word>, u64)> = Vec::new();
     let mut bias_slices = Vec::new();
@@ -516,6 +541,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
         let (m0, m1) = split(mm.m, grid.tm, i);
         let rows = m1 - m0;
         let wr = worker_rows(rows);
+        let all = reduce::pieces(&wr);
         let cblk = c_block(rows);
         for j in 0..grid.tn {
             let (nb0, nb1) = split(mm.nb(), grid.tn, j);
@@ -600,36 +626,51 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                         p.steps.push(Step::RunAll(amp, name, issues));
                     }
                 }
-                if l == 0 {
-                    for nbl in 0..nbt {
-                        let nb = nb0 + nbl;
-                        let mut off = nbl * cblk;
-                        for (w0, w1) in &wr {
-                            if w1 > w0 {
-                                c_slices.push(SliceRef {
-                                    tile,
-                                    buffer: "C".into(),
-                                    offset: (off + SCRATCH as u64) as u32,
-                                    tensor_offset: ((m0 + w0) * mm.n + nb * bc) * elt,
-                                    rows: (w1 - w0) as u32,
-                                    row_bytes: ((mm.n - nb * bc).min(bc) * elt) as u32,
-                                    tensor_stride: mm.n * elt,
-                                    tile_stride: out_row,
-                                });
-                            }
-                            off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
-                        }
+                // The rows this tile finishes: its share when the group reduce-scatters, all of
+                // them on the group's first tile otherwise.
+                let finishes = if scatter {
+                    reduce::share(&all, grid.tk, l)
+                } else if l == 0 {
+                    all.clone()
+                } else {
+                    Vec::new()
+                };
+                for nbl in 0..nbt {
+                    let nb = nb0 + nbl;
+                    for p in finishes.iter().filter(|p| p.rows > 0) {
+                        c_slices.push(SliceRef {
+                            tile,
+                            buffer: "C".into(),
+                            offset: (nbl * cblk + p.at) as u32,
+                            tensor_offset: ((m0 + p.row) * mm.n + nb * bc) * elt,
+                            rows: p.rows as u32,
+                            row_bytes: ((mm.n - nb * bc).min(bc) * elt) as u32,
+                            tensor_stride: mm.n * elt,
+                            tile_stride: out_row,
+                        });
                     }
                 }
+                if !finishes.is_empty() {
+                    let root = epilogue::Root { tile, pieces: &finishes, nbt, cblk, nb0, m0 };
+                    let fin = epilogue::finish(mm, &root);
+                    plans[tile as usize].buffers.extend(fin.buffers);
+                    scales.extend(fin.launches.into_iter().map(|(k, w, n)| (tile, k, w, n)));
+                    bias_slices.extend(fin.bias_slices);
+                    residual_slices.extend(fin.residual_slices);
+                }
             }
-            let root = epilogue::Root { tile: tile_of(i, j, 0), wr: &wr, nbt, cblk, nb0, m0 };
-            let fin = epilogue::finish(mm, &root);
-            plans[root.tile as usize].buffers.extend(fin.buffers);
-            scales.extend(fin.launches.into_iter().map(|(k, w, n)| (root.tile, k, w, n)));
-            bias_slices.extend(fin.bias_slices);
-            residual_slices.extend(fin.residual_slices);
-            if grid.tk > 1 {
-                reduce_group(&mut plans, &mut rounds, |l| tile_of(i, j, l), (grid.tk, f), nbt * cblk);
+            if scatter {
+                groups.push((0..grid.tk).map(|l| tile_of(i, j, l)).collect());
+                reduce::reduce_scatter(
+                    &mut plans,
+                    &mut rounds[0],
+                    |l| tile_of(i, j, l),
+                    (grid.tk, nbt, cblk),
+                    &all,
+                );
+            } else if grid.tk > 1 {
+                let reduce = (grid.tk, f);
+                reduce::reduce_group(&mut plans, &mut rounds, |l| tile_of(i, j, l), reduce, nbt * cblk, add);
             }
         }
     }
@@ -637,26 +678,31 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let mut exchange_bytes = 0;
     let scales = scales;
     for (r, round) in rounds.iter().enumerate() {
-        let sched =
-            exchange::schedule(&round.transfers).map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
+        // A reduce-scatter's tiles send and receive in the same exchange, in rounds (`reduce.rs`).
+        let sched = if scatter {
+            reduce::scatter_schedule(&groups, &round.transfers)
+        } else {
+            exchange::schedule(&round.transfers)
+        }
+        .map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
         horizons.push(sched.horizon);
         exchange_bytes += round.transfers.iter().map(|t| 4 * t.words as u64).sum::<u64>();
         for (t, p) in plans.iter_mut().enumerate() {
             p.steps.push(Step::Phase("reduce".into()));
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
-            for (tile, name, words) in round.adds.iter().filter(|a| a.0 as usize == t) {
-                let issues = descriptor_issues(add, words);
+            for (tile, name, words, issues) in round.adds.iter().filter(|a| a.0 as usize == t) {
                 p.buffers.push(Buffer {
                     name: format!("r{r}{name}"),
-                    bytes: 96,
+                    bytes: 4 * words.len() as u32,
                     align: 16,
                     kind: MemKind::Descriptor,
                     init: words.clone(),
                     live: super::Live::ALWAYS,
                 });
                 debug_assert_eq!(*tile as usize, t);
-                p.steps.push(Step::RunAll(add, format!("r{r}{name}"), issues));
+                let kernel = if scatter { add_blocks } else { add };
+                p.steps.push(Step::RunAll(kernel, format!("r{r}{name}"), *issues));
             }
         }
     }
@@ -715,79 +761,4 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             mm.alpha.map(|a| format!(" alpha={a}")).unwrap_or_default()
         )],
     })
-}
-
-/// One reduction round: what moves over the exchange, and the add kernels each receiver runs
-/// `(tile, descriptor name suffix, descriptor words)`.
-struct Round {
-    transfers: Vec<Transfer>,
-    adds: Vec<(u16, String, Vec<Word>)>,
-}
-
-/// Schedule the reduction of one output block group (`tk` tiles, `tile(l)`), `cbytes` bytes of
-/// partial sums per tile, over the rounds of [`reduction_rounds`]. Each receiver takes up to
-/// `f − 1` partials into `R` and adds them to its `C` in sender order.
-fn reduce_group(
-    plans: &mut [TilePlan],
-    rounds: &mut [Round],
-    tile: impl Fn(u64) -> u16,
-    (tk, f): (u64, u64),
-    cbytes: u64,
-) {
-    for (r, round) in reduction_rounds(tk, f).iter().enumerate() {
-        for (recv, senders) in round {
-            let rt = tile(*recv);
-            let p = &mut plans[rt as usize];
-            if !p.buffers.iter().any(|b| b.name == "R") {
-                p.buffers.push(zero("R", (f - 1) * cbytes + SLACK as u64, MemKind::Exchange));
-            }
-            for (k, sd) in senders.iter().enumerate() {
-                let k = k as u64;
-                rounds[r].transfers.push(Transfer {
-                    sender: tile(*sd),
-                    receiver: rt,
-                    src: "C".into(),
-                    src_off: 0,
-                    dst: "R".into(),
-                    dst_off: (k * cbytes) as u32,
-                    words: (cbytes / 4) as u32,
-                });
-                for (cr, words) in add_descriptors(cbytes, "R", k * cbytes).into_iter().enumerate() {
-                    rounds[r].adds.push((rt, format!("_{k}_{cr}"), words));
-                }
-            }
-        }
-    }
-}
-
-/// Descriptor tables of `C[i] += src[i]` over the first `bytes` of C, `src` at `src_base` in
-/// buffer `src`, in 8-byte chunks spread over the workers; one table per round of at most 4096
-/// chunks per worker (the kernel's `rpt` limit).
-pub(super) fn add_descriptors(bytes: u64, src: &str, src_base: u64) -> Vec<Vec<Word>> {
-    let chunks = bytes / 8;
-    let rounds = chunks.div_ceil(WORKERS as u64 * 4096);
-    (0..rounds)
-        .map(|cr| {
-            let (r0, r1) = split(chunks, rounds, cr);
-            let mut words = Vec::new();
-            for w in 0..WORKERS as u64 {
-                let (c0, c1) = split(r1 - r0, WORKERS as u64, w);
-                let (c0, c1) = (r0 + c0, r0 + c1);
-                words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                words.push(Word::Sym(src.into(), (src_base + c0 * 8) as u32));
-                words.push(Word::Sym("C".into(), (c0 * 8) as u32));
-                words.push(Word::Const((c1 - c0) as u32));
-            }
-            words
-        })
-        .collect()
-}
-
-/// The slowest worker's issues of a descriptor table (count in word 3 of each 4-word entry).
-pub(super) fn descriptor_issues(kernel: Kernel, words: &[Word]) -> u64 {
-    words
-        .chunks(4)
-        .map(|w| if let Some(Word::Const(n)) = w.get(3) { kernel_issues(kernel, *n) } else { 0 })
-        .max()
-        .unwrap_or(0)
 }

@@ -14,6 +14,7 @@ pub mod map;
 pub mod matmul;
 pub mod profile;
 pub mod redistribute;
+mod reduce;
 pub mod rows;
 pub mod scatter;
 pub mod search;
@@ -153,6 +154,12 @@ pub enum Kernel {
     /// `x = f(x)` in place over blocks of f16, f32 arithmetic (descriptor: ptr, 4-value chunks
     /// per block, block stride, blocks, the function's constants; 64 bytes; `map.rs`).
     MapF16(crate::graph::MapFn),
+    /// `out[i] = dst[i] + src[i]` over f16 in each of several blocks: a reduce-scatter step
+    /// (descriptor per worker, 32 bytes: dst, src, out, chunks of 8 bytes per block, dst and out
+    /// block stride, src block stride, blocks, 0).
+    AddBlocksF16,
+    /// Same over f32.
+    AddBlocksF32,
 }
 
 /// One step of a tile's `run` call.

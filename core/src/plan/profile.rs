@@ -93,6 +93,8 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::AmpF32 => "amp_f32",
         Kernel::AddF16 => "add_f16",
         Kernel::AddF32 => "add_f32",
+        Kernel::AddBlocksF16 => "add_blocks_f16",
+        Kernel::AddBlocksF32 => "add_blocks_f32",
         Kernel::AmpF8 => "amp_f8",
         Kernel::CastF16ToF8 => "cast_f16_f8",
         Kernel::CastF8ToF16 => "cast_f8_f16",
