@@ -16,8 +16,9 @@ pub struct Cost {
 /// Worker issues of a kernel for one descriptor entry (must match the kernel code).
 pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
     match kernel {
-        // setup 10 (shl, add, 4×ld32, 2×ld64pi, nop, rpt) + 4 per row incl. the flush row + 2.
-        Kernel::AmpF16 | Kernel::AmpF32 | Kernel::AmpF8 => 10 + 4 * count as u64 + 2,
+        // setup 8 (shl, 4×ld32 indexed by the shifted worker number, 2×ld64pi, rpt — which then
+        // sits at word 7, ≡ 4 mod 8 bytes, with no nop) + 4 per row incl. the flush row + 2.
+        Kernel::AmpF16 | Kernel::AmpF32 | Kernel::AmpF8 => 8 + 4 * count as u64 + 2,
         Kernel::CastF16ToF8
         | Kernel::CastF8ToF16
         | Kernel::ScaleF16
