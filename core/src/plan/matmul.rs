@@ -363,7 +363,7 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
 fn rows_fit_rpt(mm: &MatMul, rows: u64) -> bool {
     let rw = rows.div_ceil(WORKERS as u64);
     let limit = crate::target::RPT_MAX_COUNT as u64;
-    rw + 1 <= limit && (mm.out == mm.acc || 2 * rw <= limit)
+    rw < limit && (mm.out == mm.acc || 2 * rw <= limit)
 }
 
 /// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate); `None` when
