@@ -705,9 +705,13 @@ k_scale_f16_done:
 
 /// Row softmax (docs/kernels.md). Descriptor, 32 bytes per worker: source row, source block jump,
 /// destination row, destination block jump, rows, G (groups of four values), T (tail values, 0..3),
-/// D (groups per destination block). Max, then the sum of exp(x − max), then exp(x − max) / sum,
-/// all in f32 and in column order. Whole groups are loaded and stored 64 bits at a time (a source
-/// block holds 4 groups, a destination block D); the last T values go one at a time.
+/// D (groups per destination block). Max; then `e = exp(x + (−max))` summed in two f32 lanes
+/// (`f32v2add`: lane 0 takes values 0 and 2 of each group, lane 1 values 1 and 3, tail values lane
+/// 0), `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)` — all in f32, in column order, the same
+/// operations as `reference::softmax_device`. `exp(x − max)` is computed again in the third pass
+/// rather than stored (no scratch row). Whole groups are loaded and stored 64 bits at a time (a
+/// source block holds 4 groups, a destination block D); the last T values go one at a time.
+/// `$m6` (the descriptor address, no longer needed) builds the constant 1.0.
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
@@ -762,26 +766,25 @@ sm_p1t:
 sm_p2_start:
     or $m11, $m3, $m15
     setzi $m12, 4
-    f32add $a5, $a14, $a14
+    f32sub $a8, $a14, $a4
+    f32add $a9, $a8, $a14
+    f32add $a10, $a14, $a14
+    f32add $a11, $a14, $a14
     or $m13, $m8, $m15
     brz $m13, sm_p2_tail
     add $m13, $m13, -1
 sm_p2:
     ld64pi $a0, $m11, 8
     f16v2tof32 $a2, $a0
-    f32sub $a2, $a2, $a4
+    f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32add $a5, $a5, $a2
-    f32sub $a3, $a3, $a4
     f32exp $a3, $a3
-    f32add $a5, $a5, $a3
+    f32v2add $a10, $a10, $a2
     f16v2tof32 $a2, $a1
-    f32sub $a2, $a2, $a4
+    f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32add $a5, $a5, $a2
-    f32sub $a3, $a3, $a4
     f32exp $a3, $a3
-    f32add $a5, $a5, $a3
+    f32v2add $a10, $a10, $a2
     add $m12, $m12, -1
     brnz $m12, sm_p2_next
     add $m11, $m11, $m5
@@ -794,13 +797,19 @@ sm_p2_tail:
 sm_p2t:
     ldh16 $a0, $m11, $m15, 0
     f16v2tof32 $a2, $a0
-    f32sub $a2, $a2, $a4
+    f32add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32add $a5, $a5, $a2
+    f32add $a10, $a10, $a2
     add $m11, $m11, 2
     add $m13, $m13, -1
     brnz $m13, sm_p2t
 sm_p3_start:
+    f32add $a5, $a10, $a11
+    setzi $m6, 0
+    seths $m6, 0x3f80
+    movam $a13, $m6
+    f32div $a12, $a13, $a5
+    f32add $a13, $a12, $a14
     or $m11, $m3, $m15
     setzi $m12, 4
     or $m0, $m4, $m15
@@ -811,20 +820,16 @@ sm_p3_start:
 sm_p3:
     ld64pi $a0, $m11, 8
     f16v2tof32 $a2, $a0
-    f32sub $a2, $a2, $a4
+    f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32div $a2, $a2, $a5
-    f32sub $a3, $a3, $a4
     f32exp $a3, $a3
-    f32div $a3, $a3, $a5
+    f32v2mul $a2, $a2, $a12
     f32v2tof16 $a6, $a2
     f16v2tof32 $a2, $a1
-    f32sub $a2, $a2, $a4
+    f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32div $a2, $a2, $a5
-    f32sub $a3, $a3, $a4
     f32exp $a3, $a3
-    f32div $a3, $a3, $a5
+    f32v2mul $a2, $a2, $a12
     f32v2tof16 $a7, $a2
     st64pi $a6, $m0, 8
     add $m12, $m12, -1
@@ -844,9 +849,9 @@ sm_p3_tail:
 sm_p3t:
     ldh16 $a0, $m11, $m15, 0
     f16v2tof32 $a2, $a0
-    f32sub $a2, $a2, $a4
+    f32add $a2, $a2, $a8
     f32exp $a2, $a2
-    f32div $a2, $a2, $a5
+    f32mul $a2, $a2, $a12
     f32v2tof16 $a6, $a2
     sth16 $a6, $m0, $m15, 0
     add $m11, $m11, 2

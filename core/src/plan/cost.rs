@@ -236,9 +236,10 @@ pub fn cvt_issues(quads: u64, blocks: u64) -> u64 {
 pub fn softmax_issues(rows: u64, n: u64, be: u64) -> u64 {
     let (g, t) = (n / 4, n % 4);
     let any = u64::from(g > 0);
-    // Heads of the three passes (5, 5, 6 plus the loop-count adjust), three tails' heads (2 each)
-    // and the row end (4); per group 10 + 22 + 31; per single value 6 + 9 + 13.
-    let per_row = 26 + 3 * any + 63 * g + 6 * (g / 4) + 2 * (g / (be / 4).max(1)) + 28 * t;
+    // Heads of the three passes (5, 8, 13 plus the loop-count adjust: the second sets −max twice
+    // and zeroes two sum lanes, the third adds the lanes and takes 1/sum), three tails' heads (2
+    // each) and the row end (4); per group 10 + 18 + 23; per single value 6 + 9 + 12.
+    let per_row = 36 + 3 * any + 51 * g + 6 * (g / 4) + 2 * (g / (be / 4).max(1)) + 27 * t;
     17 + rows * per_row + 1
 }
 

@@ -59,17 +59,23 @@ fn real(t: &HostTensor, scale: i8, i: usize) -> f64 {
     }
 }
 
+/// The device's softmax (`k_softmax_f16`, docs/kernels.md): per row the max; `e = exp(x + (−max))`
+/// summed in two f32 lanes — lane 0 takes values 0 and 2 of each group of four, lane 1 values 1 and
+/// 3, the last `n mod 4` values lane 0 — `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)`.
 fn softmax_device(x: &HostTensor) -> Vec<f32> {
     let n = *x.shape.last().unwrap() as usize;
     x.data
         .par_chunks(n)
         .flat_map_iter(|row| {
             let mx = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-            let mut sum = 0f32;
-            for v in row {
-                sum += libm::expf(v - mx);
+            let neg = 0.0 - mx;
+            let mut lanes = [0f32; 2];
+            for (i, v) in row.iter().enumerate() {
+                let lane = if i < n / 4 * 4 { i % 2 } else { 0 };
+                lanes[lane] += libm::expf(v + neg);
             }
-            row.iter().map(move |v| f16::from_f32(libm::expf(v - mx) / sum).to_f32()).collect::<Vec<_>>()
+            let r = 1.0 / (lanes[0] + lanes[1]);
+            row.iter().map(move |v| f16::from_f32(libm::expf(v + neg) * r).to_f32()).collect::<Vec<_>>()
         })
         .collect()
 }
@@ -573,11 +579,12 @@ fn matmul_exact(
 }
 
 /// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
-/// within e^±2δ; the device's f32 arithmetic (n-term sum, exp, divide) adds γ(n + 4, 2⁻²⁴) and the
-/// output rounding one unit roundoff of the output dtype plus its underflow spacing.
+/// within e^±2δ; the device's f32 arithmetic (n-term sum in two lanes, exp, reciprocal, product)
+/// adds γ(n + 5, 2⁻²⁴) and the output rounding one unit roundoff of the output dtype plus its
+/// underflow spacing.
 fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
     let rel = |delta: f64| {
-        (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 4, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
+        (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 5, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
     };
     e.par_chunks(n)
         .zip(d.par_chunks(n))
