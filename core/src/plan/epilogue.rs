@@ -1,5 +1,5 @@
 //! The matmul epilogue (docs/kernels.md, docs/model-format.md "What the planner supports"): what
-//! each K-group root runs on its finished sums, in place, after the reduction — alpha
+//! each tile that finishes sums (docs/kernels.md "K split") runs on them, in place, after the reduction — alpha
 //! (`scale_f16`), a bias (`bias_f16`), a residual (`add_f16` against a buffer laid out like C),
 //! GeLU (`gelu_f16`), and the f32 → f16 conversion of an f32-accumulated result (`cvt_f32_f16`).
 //! The first fused elementwise ops of the whole-graph planner (docs/graph-planner.md).
@@ -11,7 +11,7 @@ use super::matmul::{zero, MatMul, ROW, SLACK};
 use super::reduce::{descriptor_issues, Piece};
 use super::{Buffer, Kernel, MemKind, SliceRef, Word};
 
-/// One K-group root: its tile, the workers' row ranges, its column blocks and block size, the
+/// A tile that finishes sums (a K group's first tile, or every tile of a reduce-scattering group): its tile, the rows each worker finishes, its column blocks and block size, the
 /// first column block and first row it holds.
 pub(super) struct Root<'a> {
     /// Tile.

@@ -80,11 +80,11 @@ pub struct MatMul {
     pub n: u64,
     /// Partial (and output) type.
     pub acc: DType,
-    /// Scalar applied to the result on its K-group root, after the reduction (f16 only).
+    /// Scalar applied to the result on the tiles that finish the sums, after the reduction (f16 only).
     pub alpha: Option<f32>,
-    /// Output type: `acc`, or f16 when `acc` is f32 (converted once on the K-group root).
+    /// Output type: `acc`, or f16 when `acc` is f32 (converted once where the sums are finished).
     pub out: DType,
-    /// Ops fused after the product on each K-group root (after alpha): bias, GeLU.
+    /// Ops fused after the product where the sums are finished (after alpha): bias, GeLU.
     pub epilogue: Option<Epilogue>,
     /// FP8 operands (`f8amp`: 32-deep K blocks of one byte per value, f16 partials): the
     /// formats of A and B (`$FP_INFMT` bits) and their combined scale (`$FP_ISCL`).
@@ -95,7 +95,7 @@ pub struct MatMul {
     pub a_home: Vec<u16>,
 }
 
-/// What the matmul planner computes after the product, in place on each K-group root.
+/// What the matmul planner computes after the product, in place where the sums are finished (`reduce.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Epilogue {
     /// `C += vector` (one f16 value per column), `bias_f16`.
@@ -523,7 +523,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     // One round takes every partial: the group reduce-scatters (`reduce.rs`).
     let scatter = grid.tk > 1 && f == grid.tk;
     let mut groups: Vec<Vec<u16>> = Vec::new();
-    // Kernels that finish each K-group root's result after the reduction: alpha, f32 → f16.
+    // Kernels that finish the sums after the reduction: alpha, f32 → f16.
     let mut scales: Vec<(u16, Kernel, Vec<Word>, u64)> = Vec::new();
     let mut bias_slices = Vec::new();
     let mut residual_slices = Vec::new();
@@ -706,7 +706,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             }
         }
     }
-    // alpha scales, or the conversion rounds, the finished sums on each K-group root.
+    // alpha scales, or the conversion rounds, the finished sums on the tiles that finish them.
     for (n, (tile, kernel, words, issues)) in scales.into_iter().enumerate() {
         let p = &mut plans[tile as usize];
         let name = format!("dfin{n}");

@@ -19,10 +19,15 @@ pub fn screen(mm: &MatMul, tiles: usize) -> Vec<(Grid, u64, u64)> {
     c
 }
 
-/// Words the busiest tile receives: the K-group root takes `tk − 1` partial blocks.
+/// Words the busiest tile receives: in a reduce-scatter (`reduce.rs`) each tile of a K group takes
+/// its share of the other `tk − 1` partials; in a tree the group's first tile takes `tk − 1`
+/// partial blocks.
 pub fn pressure(mm: &MatMul, g: Grid) -> u64 {
     let rows = mm.m.div_ceil(g.tm);
     let nbt = mm.nb().div_ceil(g.tn);
+    if g.tk > 1 && matmul::fan_in(mm, g) == g.tk {
+        return (g.tk - 1).saturating_mul(nbt).saturating_mul(rows.div_ceil(g.tk) * 32) / 4;
+    }
     (g.tk - 1).saturating_mul(nbt).saturating_mul(240 + rows * 32) / 4
 }
 
