@@ -710,8 +710,11 @@ k_scale_f16_done:
 /// 0), `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)` — all in f32, in column order, the same
 /// operations as `reference::softmax_device`. `exp(x − max)` is computed again in the third pass
 /// rather than stored (no scratch row). Whole groups are loaded and stored 64 bits at a time (a
-/// source block holds 4 groups, a destination block D); the last T values go one at a time.
-/// `$m6` (the descriptor address, no longer needed) builds the constant 1.0.
+/// source block holds 4 groups, a destination block D); the last T values go one at a time. Each
+/// pass takes the row's whole source blocks four groups at a time (the block jump once per block,
+/// the destination jump in the third pass once per D/4 blocks), then the G mod 4 groups left one
+/// at a time (they can end no destination block), then the tail. `$m6` (the descriptor address,
+/// no longer needed) builds the constants 2 and 1.0; `$m12` holds G / 4, `$m8` G mod 4.
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
@@ -731,11 +734,48 @@ k_softmax_f16:
     setzi $m14, 0
     movam $a14, $m14
     shl $m14, $m10, 3
+    setzi $m6, 2
+    shr $m12, $m8, $m6
+    and $m8, $m8, 3
     brz $m2, sm_done
 sm_row:
     or $m11, $m3, $m15
-    setzi $m12, 4
     f32add $a4, $a15, $a14
+    or $m13, $m12, $m15
+    brz $m13, sm_p1_rest
+    add $m13, $m13, -1
+sm_p1_blk:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    add $m11, $m11, $m5
+    brnzdec $m13, sm_p1_blk
+sm_p1_rest:
     or $m13, $m8, $m15
     brz $m13, sm_p1_tail
     add $m13, $m13, -1
@@ -747,11 +787,6 @@ sm_p1:
     f16v2tof32 $a2, $a1
     f32max $a4, $a4, $a2
     f32max $a4, $a4, $a3
-    add $m12, $m12, -1
-    brnz $m12, sm_p1_next
-    add $m11, $m11, $m5
-    setzi $m12, 4
-sm_p1_next:
     brnzdec $m13, sm_p1
 sm_p1_tail:
     or $m13, $m9, $m15
@@ -765,11 +800,61 @@ sm_p1t:
     brnz $m13, sm_p1t
 sm_p2_start:
     or $m11, $m3, $m15
-    setzi $m12, 4
     f32sub $a8, $a14, $a4
     f32add $a9, $a8, $a14
     f32add $a10, $a14, $a14
     f32add $a11, $a14, $a14
+    or $m13, $m12, $m15
+    brz $m13, sm_p2_rest
+    add $m13, $m13, -1
+sm_p2_blk:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    add $m11, $m11, $m5
+    brnzdec $m13, sm_p2_blk
+sm_p2_rest:
     or $m13, $m8, $m15
     brz $m13, sm_p2_tail
     add $m13, $m13, -1
@@ -785,11 +870,6 @@ sm_p2:
     f32exp $a2, $a2
     f32exp $a3, $a3
     f32v2add $a10, $a10, $a2
-    add $m12, $m12, -1
-    brnz $m12, sm_p2_next
-    add $m11, $m11, $m5
-    setzi $m12, 4
-sm_p2_next:
     brnzdec $m13, sm_p2
 sm_p2_tail:
     or $m13, $m9, $m15
@@ -811,9 +891,76 @@ sm_p3_start:
     f32div $a12, $a13, $a5
     f32add $a13, $a12, $a14
     or $m11, $m3, $m15
-    setzi $m12, 4
     or $m0, $m4, $m15
     or $m1, $m10, $m15
+    or $m13, $m12, $m15
+    brz $m13, sm_p3_rest
+    add $m13, $m13, -1
+sm_p3_blk:
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+    add $m1, $m1, -4
+    brnz $m1, sm_p3_bnext
+    add $m0, $m0, $m7
+    or $m1, $m10, $m15
+sm_p3_bnext:
+    add $m11, $m11, $m5
+    brnzdec $m13, sm_p3_blk
+sm_p3_rest:
     or $m13, $m8, $m15
     brz $m13, sm_p3_tail
     add $m13, $m13, -1
@@ -832,16 +979,6 @@ sm_p3:
     f32v2mul $a2, $a2, $a12
     f32v2tof16 $a7, $a2
     st64pi $a6, $m0, 8
-    add $m12, $m12, -1
-    brnz $m12, sm_p3_src
-    add $m11, $m11, $m5
-    setzi $m12, 4
-sm_p3_src:
-    add $m1, $m1, -1
-    brnz $m1, sm_p3_next
-    add $m0, $m0, $m7
-    or $m1, $m10, $m15
-sm_p3_next:
     brnzdec $m13, sm_p3
 sm_p3_tail:
     or $m13, $m9, $m15

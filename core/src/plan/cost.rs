@@ -235,12 +235,22 @@ pub fn cvt_issues(quads: u64, blocks: u64) -> u64 {
 /// every 4 source groups and every `be / 4` destination groups) and `n % 4` single values.
 pub fn softmax_issues(rows: u64, n: u64, be: u64) -> u64 {
     let (g, t) = (n / 4, n % 4);
-    let any = u64::from(g > 0);
-    // Heads of the three passes (5, 8, 13 plus the loop-count adjust: the second sets −max twice
-    // and zeroes two sum lanes, the third adds the lanes and takes 1/sum), three tails' heads (2
-    // each) and the row end (4); per group 10 + 18 + 23; per single value 6 + 9 + 12.
-    let per_row = 36 + 3 * any + 51 * g + 6 * (g / 4) + 2 * (g / (be / 4).max(1)) + 27 * t;
-    17 + rows * per_row + 1
+    let (blocks, rest) = (g / 4, g % 4);
+    let d = (be / 4).max(1);
+    // Pass heads 4, 7 and 12 (the second sets −max twice and zeroes two sum lanes, the third adds
+    // the lanes and takes 1/sum), three heads of the leftover-group loops and three of the tails (2
+    // each), the row end (4); a loop-count adjust per pass for whole blocks and for leftover groups;
+    // per whole source block 4 × (7 + 15 + 18) plus its loop moves (2, 2, 4 and 2 more when a
+    // destination block ends); per leftover group 8 + 16 + 19; per tail value 6 + 9 + 12.
+    let per_row = 39
+        + 3 * u64::from(blocks > 0)
+        + 3 * u64::from(rest > 0)
+        + 168 * blocks
+        + 2 * (4 * blocks / d)
+        + 43 * rest
+        + 27 * t;
+    // Setup 20 (descriptor, constants, G / 4 and G mod 4, the rows branch), exit.
+    20 + rows * per_row + 1
 }
 
 /// Cycles from `runall` to the supervisor's next instruction after `sync 2`, when the slowest
