@@ -365,7 +365,16 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         }
         CastF32ToF16 => (CAST, CAST_F32_TO_F16),
         CastF16ToF32 => (CAST, CAST_F16_TO_F32),
-        SoftmaxF16 => (SOFTMAX, ""),
+        SoftmaxF16 => {
+            let mut t = alloc::string::String::from(SOFTMAX);
+            for (name, body) in [("MAX", SM_MAX), ("SUM", SM_SUM), ("APPLY", SM_APPLY)] {
+                let four = body.repeat(4);
+                t = t
+                    .replace(&alloc::format!("{{{name}4}}\n"), &four)
+                    .replace(&alloc::format!("{{{name}}}\n"), body);
+            }
+            return t;
+        }
         CopyWords => (WORD_LIST, COPY_WORDS),
         ZeroWords => (WORD_LIST, ZERO_WORDS),
         TransposeF16 => (TRANSPOSE_F16, ""),
@@ -715,6 +724,45 @@ k_scale_f16_done:
 /// the destination jump in the third pass once per D/4 blocks), then the G mod 4 groups left one
 /// at a time (they can end no destination block), then the tail. `$m6` (the descriptor address,
 /// no longer needed) builds the constants 2 and 1.0; `$m12` holds G / 4, `$m8` G mod 4.
+/// One group of four values in each softmax pass (`{MAX}`, `{SUM}`, `{APPLY}` in [`SOFTMAX`]; the
+/// `…4` forms are four groups, a whole source block): the running max; `e = exp(x + (−max))` into
+/// the two sum lanes; `f16(e · r)` stored.
+const SM_MAX: &str = "    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+    f16v2tof32 $a2, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
+";
+const SM_SUM: &str = "    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2add $a10, $a10, $a2
+";
+const SM_APPLY: &str = "    ld64pi $a0, $m11, 8
+    f16v2tof32 $a2, $a0
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a6, $a2
+    f16v2tof32 $a2, $a1
+    f32v2add $a2, $a2, $a8
+    f32exp $a2, $a2
+    f32exp $a3, $a3
+    f32v2mul $a2, $a2, $a12
+    f32v2tof16 $a7, $a2
+    st64pi $a6, $m0, 8
+";
+
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
@@ -745,34 +793,7 @@ sm_row:
     brz $m13, sm_p1_rest
     add $m13, $m13, -1
 sm_p1_blk:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
+{MAX4}
     add $m11, $m11, $m5
     brnzdec $m13, sm_p1_blk
 sm_p1_rest:
@@ -780,13 +801,7 @@ sm_p1_rest:
     brz $m13, sm_p1_tail
     add $m13, $m13, -1
 sm_p1:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
+{MAX}
     brnzdec $m13, sm_p1
 sm_p1_tail:
     or $m13, $m9, $m15
@@ -808,50 +823,7 @@ sm_p2_start:
     brz $m13, sm_p2_rest
     add $m13, $m13, -1
 sm_p2_blk:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
+{SUM4}
     add $m11, $m11, $m5
     brnzdec $m13, sm_p2_blk
 sm_p2_rest:
@@ -859,17 +831,7 @@ sm_p2_rest:
     brz $m13, sm_p2_tail
     add $m13, $m13, -1
 sm_p2:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
+{SUM}
     brnzdec $m13, sm_p2
 sm_p2_tail:
     or $m13, $m9, $m15
@@ -897,62 +859,7 @@ sm_p3_start:
     brz $m13, sm_p3_rest
     add $m13, $m13, -1
 sm_p3_blk:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
-    st64pi $a6, $m0, 8
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
-    st64pi $a6, $m0, 8
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
-    st64pi $a6, $m0, 8
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
-    st64pi $a6, $m0, 8
+{APPLY4}
     add $m1, $m1, -4
     brnz $m1, sm_p3_bnext
     add $m0, $m0, $m7
@@ -965,20 +872,7 @@ sm_p3_rest:
     brz $m13, sm_p3_tail
     add $m13, $m13, -1
 sm_p3:
-    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
-    st64pi $a6, $m0, 8
+{APPLY}
     brnzdec $m13, sm_p3
 sm_p3_tail:
     or $m13, $m9, $m15
