@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 
 use super::chain::fmt_bit;
-use super::matmul::split;
+use super::layout::split;
 use super::Word;
 use crate::target::WORKERS;
 

@@ -3,7 +3,7 @@
 //! softmax — are mapped by (batch entry, block of rows): every tile runs the whole chain for its
 //! rows, so the chain needs no exchange. Side operands are loaded per batch entry by the host.
 
-use super::matmul::split;
+use super::layout::split;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;

@@ -19,7 +19,8 @@ use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::Direction;
 
-use super::matmul::{gelu_kernel, split, zero};
+use super::layout::{split, zero};
+use super::matmul::gelu_kernel;
 use super::redistribute::{word_launch, COPY_MAX_WORDS};
 use super::{cost, BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
 use crate::graph::{Graph, OpKind};

@@ -7,7 +7,8 @@
 use alloc::vec::Vec;
 
 use super::cost;
-use super::matmul::{zero, MatMul, ROW, SLACK};
+use super::layout::{zero, ROW, SLACK};
+use super::matmul::MatMul;
 use super::reduce::{descriptor_issues, Piece};
 use super::{Buffer, Kernel, MemKind, SliceRef, Word};
 
@@ -160,7 +161,7 @@ fn residual(mm: &MatMul, r: &Root<'_>, f: &mut Finish) {
         for t in 0..tables {
             let mut words = Vec::new();
             for p in r.pieces {
-                let (c0, c1) = super::matmul::split(chunks(p), tables, t);
+                let (c0, c1) = super::layout::split(chunks(p), tables, t);
                 let at = (nbl * r.cblk + p.at + 8 * c0) as u32;
                 words.extend([
                     Word::Sym("C".into(), at),

@@ -10,19 +10,15 @@ use ipu_schema::{DType, Direction};
 use super::cost::{self, kernel_issues};
 use super::epilogue;
 use super::exchange;
+pub use super::layout::split;
+use super::layout::{zero, ROW, SCRATCH, SLACK};
+pub use super::reduce::reduction_rounds;
 use super::reduce::{self, Round};
 use super::{
     BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
 };
 use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
-
-/// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
-pub(super) const ROW: u32 = 32;
-/// Scratch before each worker's output rows: the AMP pipeline's first five stores.
-pub(super) const SCRATCH: u32 = 40;
-/// Read-ahead slack after buffers streamed by the kernels.
-pub(super) const SLACK: u32 = 48;
 
 /// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, 2. The
 /// host reference uses the same values (`reference::gelu_device`).
@@ -192,15 +188,6 @@ pub struct Grid {
     pub tk: u64,
 }
 
-/// Part `i` of `total` split into `parts` nearly equal ranges, the larger ones first. Shared by the
-/// planners and the host reference (which must reproduce the K split exactly).
-pub fn split(total: u64, parts: u64, i: u64) -> (u64, u64) {
-    let base = total / parts;
-    let extra = total % parts;
-    let start = i * base + i.min(extra);
-    (start, start + base + u64::from(i < extra))
-}
-
 fn worker_rows(rows: u64) -> Vec<(u64, u64)> {
     (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect()
 }
@@ -274,24 +261,6 @@ fn fits(mm: &MatMul, g: Grid, f: u64) -> bool {
 /// add the partial sums in the same order.
 pub fn fan_in(mm: &MatMul, g: Grid) -> u64 {
     (2..=g.tk).rev().find(|&f| fits(mm, g, f)).unwrap_or(g.tk.min(2))
-}
-
-/// The reduction rounds of `tk` partial sums with fan-in `f`: in round `r` (stride `s = f^r`),
-/// each tile `l` with `l % (f·s) == 0` adds the partials of `l + s, l + 2s, …` (those below `tk`)
-/// to its own, in that order. After the last round tile 0 holds the sum. `(receiver, senders)`.
-pub fn reduction_rounds(tk: u64, f: u64) -> Vec<Vec<(u64, Vec<u64>)>> {
-    let mut rounds = Vec::new();
-    let mut s = 1u64;
-    while s < tk && f >= 2 {
-        let round: Vec<(u64, Vec<u64>)> = (0..tk)
-            .step_by((f * s) as usize)
-            .map(|l| (l, (1..f).map(|j| l + j * s).filter(|&x| x < tk).collect::<Vec<_>>()))
-            .filter(|(_, senders)| !senders.is_empty())
-            .collect();
-        rounds.push(round);
-        s *= f;
-    }
-    rounds
 }
 
 /// Analytic estimate of a grid's `run` cycles, used to screen candidates: the AMP launches, the
@@ -421,17 +390,6 @@ pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
             RUNTIME_RESERVE
         ),
     )
-}
-
-pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
-    Buffer {
-        name: name.into(),
-        bytes: bytes as u32,
-        align: 16,
-        kind,
-        init: Vec::new(),
-        live: super::Live::ALWAYS,
-    }
 }
 
 /// Grid position (`(i·tn + j)·tk + l`) → tile. Without homes, position p is tile p. With them, row

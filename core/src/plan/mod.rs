@@ -9,6 +9,7 @@ pub mod cost;
 pub mod elementwise;
 mod epilogue;
 pub mod exchange;
+mod layout;
 pub mod liveness;
 pub mod map;
 pub mod matmul;

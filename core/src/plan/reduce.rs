@@ -1,5 +1,5 @@
 //! The K-split reduction of a matmul (docs/kernels.md "K split"): the partial sums of a K group's
-//! `tk` tiles are added over the exchange in the order of [`super::matmul::reduction_rounds`],
+//! `tk` tiles are added over the exchange in the order of [`reduction_rounds`],
 //! which the host reference follows too.
 //!
 //! Two forms. When one round takes every partial (fan-in `f = tk`), the group *reduce-scatters*:
@@ -17,10 +17,28 @@ use alloc::vec::Vec;
 
 use super::cost::{add_blocks_issues, kernel_issues};
 use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
-use super::matmul::{reduction_rounds, split, zero, ROW, SCRATCH, SLACK};
+use super::layout::{split, zero, ROW, SCRATCH, SLACK};
 use super::{Kernel, MemKind, TilePlan, Word};
 use crate::target::{MUX_NONE, WORKERS};
 use crate::topology::latency;
+
+/// The reduction rounds of `tk` partial sums with fan-in `f`: in round `r` (stride `s = f^r`),
+/// each tile `l` with `l % (f·s) == 0` adds the partials of `l + s, l + 2s, …` (those below `tk`)
+/// to its own, in that order. After the last round tile 0 holds the sum. `(receiver, senders)`.
+pub fn reduction_rounds(tk: u64, f: u64) -> Vec<Vec<(u64, Vec<u64>)>> {
+    let mut rounds = Vec::new();
+    let mut s = 1u64;
+    while s < tk && f >= 2 {
+        let round: Vec<(u64, Vec<u64>)> = (0..tk)
+            .step_by((f * s) as usize)
+            .map(|l| (l, (1..f).map(|j| l + j * s).filter(|&x| x < tk).collect::<Vec<_>>()))
+            .filter(|(_, senders)| !senders.is_empty())
+            .collect();
+        rounds.push(round);
+        s *= f;
+    }
+    rounds
+}
 
 /// One reduction round: what moves over the exchange, and the add kernels each receiver runs
 /// `(tile, descriptor name suffix, descriptor words, slowest worker's issues)`, in order.

@@ -10,7 +10,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::Direction;
 
-use super::matmul::{split, zero};
+use super::layout::{split, zero};
 use super::{cost, BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::{TILE_MEM_SIZE, WORKERS};

@@ -8,7 +8,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
-use super::matmul::{split, zero};
+use super::layout::{split, zero};
 use super::{cost, BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, TilePlan, Word};
 use crate::graph::{Graph, OpKind};
 use crate::target::WORKERS;
