@@ -712,21 +712,9 @@ k_scale_f16_done:
     exit
 ";
 
-/// Row softmax (docs/kernels.md). Descriptor, 32 bytes per worker: source row, source block jump,
-/// destination row, destination block jump, rows, G (groups of four values), T (tail values, 0..3),
-/// D (groups per destination block). Max; then `e = exp(x + (−max))` summed in two f32 lanes
-/// (`f32v2add`: lane 0 takes values 0 and 2 of each group, lane 1 values 1 and 3, tail values lane
-/// 0), `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)` — all in f32, in column order, the same
-/// operations as `reference::softmax_device`. `exp(x − max)` is computed again in the third pass
-/// rather than stored (no scratch row). Whole groups are loaded and stored 64 bits at a time (a
-/// source block holds 4 groups, a destination block D); the last T values go one at a time. Each
-/// pass takes the row's whole source blocks four groups at a time (the block jump once per block,
-/// the destination jump in the third pass once per D/4 blocks), then the G mod 4 groups left one
-/// at a time (they can end no destination block), then the tail. `$m6` (the descriptor address,
-/// no longer needed) builds the constants 2 and 1.0; `$m12` holds G / 4, `$m8` G mod 4.
 /// One group of four values in each softmax pass (`{MAX}`, `{SUM}`, `{APPLY}` in [`SOFTMAX`]; the
 /// `…4` forms are four groups, a whole source block): the running max; `e = exp(x + (−max))` into
-/// the two sum lanes; `f16(e · r)` stored.
+/// the two sum lanes and stored (f32) in the worker's `e` row; `f16(e · r)` from the stored `e`.
 const SM_MAX: &str = "    ld64pi $a0, $m11, 8
     f16v2tof32 $a2, $a0
     f32max $a4, $a4, $a2
@@ -741,32 +729,40 @@ const SM_SUM: &str = "    ld64pi $a0, $m11, 8
     f32exp $a2, $a2
     f32exp $a3, $a3
     f32v2add $a10, $a10, $a2
+    st64pi $a2, $m0, 8
     f16v2tof32 $a2, $a1
     f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
     f32exp $a3, $a3
     f32v2add $a10, $a10, $a2
+    st64pi $a2, $m0, 8
 ";
-const SM_APPLY: &str = "    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
+const SM_APPLY: &str = "    ld64pi $a2, $m11, 8
+    ld64pi $a4, $m11, 8
     f32v2mul $a2, $a2, $a12
+    f32v2mul $a4, $a4, $a12
     f32v2tof16 $a6, $a2
-    f16v2tof32 $a2, $a1
-    f32v2add $a2, $a2, $a8
-    f32exp $a2, $a2
-    f32exp $a3, $a3
-    f32v2mul $a2, $a2, $a12
-    f32v2tof16 $a7, $a2
+    f32v2tof16 $a7, $a4
     st64pi $a6, $m0, 8
 ";
 
+/// Row softmax (docs/kernels.md). Descriptor, 64 bytes per worker: source row, source block jump,
+/// destination row, destination block jump, rows, G (groups of four values), T (tail values, 0..3),
+/// D (groups per destination block), the worker's `e` row (4·(4G + T) bytes, 8-aligned), 0 × 7.
+/// Max; then `e = exp(x + (−max))`, stored as f32 in the `e` row and summed in two f32 lanes
+/// (`f32v2add`: lane 0 takes values 0 and 2 of each group, lane 1 values 1 and 3, tail values lane
+/// 0), `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)` from the stored `e` — all in f32, in
+/// column order, the same operations as `reference::softmax_device`. Whole groups are loaded and
+/// stored 64 bits at a time (a source block holds 4 groups, a destination block D); the last T
+/// values go one at a time. Each pass takes the row's whole source blocks four groups at a time
+/// (the block jump once per block, the destination jump in the third pass once per D/4 blocks),
+/// then the G mod 4 groups left one at a time (they can end no destination block), then the tail.
+/// `$m6` keeps the descriptor address (the `e` row is read from it in each row); `$m12` holds
+/// G / 4, `$m8` G mod 4.
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
-    shl $m6, $m0, 5
+    shl $m6, $m0, 6
     add $m6, $m1, $m6
     ld32 $m3, $m6, $m15, 0
     ld32 $m5, $m6, $m15, 4
@@ -782,8 +778,8 @@ k_softmax_f16:
     setzi $m14, 0
     movam $a14, $m14
     shl $m14, $m10, 3
-    setzi $m6, 2
-    shr $m12, $m8, $m6
+    setzi $m13, 2
+    shr $m12, $m8, $m13
     and $m8, $m8, 3
     brz $m2, sm_done
 sm_row:
@@ -819,6 +815,7 @@ sm_p2_start:
     f32add $a9, $a8, $a14
     f32add $a10, $a14, $a14
     f32add $a11, $a14, $a14
+    ld32 $m0, $m6, $m15, 32
     or $m13, $m12, $m15
     brz $m13, sm_p2_rest
     add $m13, $m13, -1
@@ -842,17 +839,19 @@ sm_p2t:
     f32add $a2, $a2, $a8
     f32exp $a2, $a2
     f32add $a10, $a10, $a2
+    sta32 $a2, $m0, $m15, 0
+    add $m0, $m0, 4
     add $m11, $m11, 2
     add $m13, $m13, -1
     brnz $m13, sm_p2t
 sm_p3_start:
     f32add $a5, $a10, $a11
-    setzi $m6, 0
-    seths $m6, 0x3f80
-    movam $a13, $m6
+    setzi $m0, 0
+    seths $m0, 0x3f80
+    movam $a13, $m0
     f32div $a12, $a13, $a5
     f32add $a13, $a12, $a14
-    or $m11, $m3, $m15
+    ld32 $m11, $m6, $m15, 32
     or $m0, $m4, $m15
     or $m1, $m10, $m15
     or $m13, $m12, $m15
@@ -865,7 +864,6 @@ sm_p3_blk:
     add $m0, $m0, $m7
     or $m1, $m10, $m15
 sm_p3_bnext:
-    add $m11, $m11, $m5
     brnzdec $m13, sm_p3_blk
 sm_p3_rest:
     or $m13, $m8, $m15
@@ -878,14 +876,11 @@ sm_p3_tail:
     or $m13, $m9, $m15
     brz $m13, sm_row_end
 sm_p3t:
-    ldh16 $a0, $m11, $m15, 0
-    f16v2tof32 $a2, $a0
-    f32add $a2, $a2, $a8
-    f32exp $a2, $a2
+    lda32 $a2, $m11, $m15, 0
     f32mul $a2, $a2, $a12
     f32v2tof16 $a6, $a2
     sth16 $a6, $m0, $m15, 0
-    add $m11, $m11, 2
+    add $m11, $m11, 4
     add $m0, $m0, 2
     add $m13, $m13, -1
     brnz $m13, sm_p3t

@@ -1,5 +1,5 @@
 //! `k_softmax_f16` on its own (docs/kernels.md, the softmax paragraph): launched by a hand-written
-//! supervisor on six workers, one row each, with descriptors written here. Each row's values are
+//! supervisor on six workers, one row each, with descriptors (and `e` rows) written here. Each row's values are
 //! checked against the operations the doc names — the max; `e = exp(x + (−max))` summed in two f32
 //! lanes (values 0 and 2 of each group of four in lane 0, 1 and 3 in lane 1, the tail in lane 0);
 //! `f16(e · (1/sum))` — computed here in f32 with `libm::expf`, and the cycles against
@@ -19,7 +19,7 @@ fn softmax(n: u32, be: u32, check: bool) -> u64 {
     let label = ipu_runtime_tile::kernels::label(Kernel::SoftmaxF16);
     let src = format!(
         "main:\n    setzi $m0, {label}\n    setzi $m1, desc\n    runall $m0, $m1\n    sync 2\n    sync 15\n    halt\n\
-         {text}\n.org 0x7f000\ndesc: .space 192\n"
+         {text}\n.org 0x7f000\ndesc: .space 384\n"
     );
     let prog = program(&src);
     let mut dev = device(1, 1);
@@ -47,9 +47,12 @@ fn softmax(n: u32, be: u32, check: bool) -> u64 {
         let r = 1.0 / (lanes[0] + lanes[1]);
         let y: Vec<u16> = x.iter().map(|v| f16::from_f32(libm::expf(v + neg) * r).to_bits()).collect();
         expected.push((y_at, dstride, y));
-        let desc = [x_at, 64 - 32, y_at, dstride - 2 * be, 1, n / 4, n % 4, be / 4];
+        // The worker's `e` row (f32 scratch) follows the descriptor's first eight words.
+        let e_at = 0xA0000 + w * 0x1000;
+        let desc =
+            [x_at, 64 - 32, y_at, dstride - 2 * be, 1, n / 4, n % 4, be / 4, e_at, 0, 0, 0, 0, 0, 0, 0];
         let bytes: Vec<u8> = desc.iter().flat_map(|v| v.to_le_bytes()).collect();
-        dev.write_memory(0, prog.sym("desc") + 32 * w, &bytes).unwrap();
+        dev.write_memory(0, prog.sym("desc") + 64 * w, &bytes).unwrap();
     }
     let r = dev.run_to_host_sync().expect("runs");
     if check {

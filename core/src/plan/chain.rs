@@ -254,6 +254,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         })
         .collect();
     for &i in &chain {
+        if let OpKind::Softmax { .. } = g.ops[i].kind {
+            need.push((WORKERS as u64 * softmax_e_row(cols(g.ops[i].output)), g.ops[i].output));
+        }
         if let OpKind::MatMul { b, .. } = g.ops[i].kind {
             let bt = g.tensor(b);
             let per_batch: u64 =
@@ -585,9 +588,21 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         if pad > 0 {
                             eliminated_clears += rows;
                         }
+                        // Each worker's `e` row: the f32 exps of its current row, written by
+                        // the second pass and scaled by the third.
+                        let erow = softmax_e_row(n);
+                        let ebuf = format!("e{}", dst.0);
+                        p.buffers.push(Buffer {
+                            name: ebuf.clone(),
+                            bytes: (WORKERS as u64 * erow) as u32,
+                            align: 16,
+                            kind: MemKind::Tensor,
+                            init: vec![],
+                            live: super::Live::ALWAYS,
+                        });
                         let mut words = Vec::new();
                         let mut off = 0;
-                        for (w0, w1) in &wr {
+                        for (w, (w0, w1)) in wr.iter().enumerate() {
                             words.extend([
                                 Word::Sym(name(src), (off + SCRATCH) as u32),
                                 Word::Const((blk - ROW) as u32),
@@ -600,7 +615,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Const((n / 4) as u32),
                                 Word::Const((n % 4) as u32),
                                 Word::Const((be / 4) as u32),
+                                Word::Sym(ebuf.clone(), (w as u64 * erow) as u32),
                             ]);
+                            words.extend((0..7).map(|_| Word::Const(0)));
                             off += SCRATCH + (w1 - w0) * ROW;
                         }
                         let max_rows = wr[0].1 - wr[0].0;
@@ -666,6 +683,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             opts.side_cast.name()
         )],
     })
+}
+
+/// Bytes of a softmax worker's `e` row for rows of `n` values: `n` f32, 8-aligned (the kernel
+/// stores whole groups 64 bits at a time).
+fn softmax_e_row(n: u64) -> u64 {
+    (4 * n).div_ceil(8) * 8
 }
 
 /// The `ScaleF16` descriptor over a matmul output in AMP output layout (`nb` blocks of `blk`
