@@ -678,20 +678,24 @@ k_cvt_f32_f16_done:
     exit
 ";
 
-/// In-place `x = f16(alpha · f32(x))`; descriptor (ptr, chunks of four halves, alpha bits, 0).
+/// In-place `x = f16(alpha · f32(x))` over two segments of blocks (`cost::scale_issues`):
+/// descriptor (32 B per worker) ptr, chunks of four halves per block, alpha bits, block stride,
+/// blocks, then the second segment's ptr, chunks and blocks (same alpha and stride; 0 for none).
 const SCALE: &str = "
 .align 8
 k_scale_f16:
     shl $m6, $m0, 5
     add $m6, $m1, $m6
-    ld32 $m3, $m6, $m15, 0
-    ld32 $m4, $m6, $m15, 4
     lda32 $a6, $m6, $m15, 8
     lda32 $a7, $m6, $m15, 8
     ld32 $m5, $m6, $m15, 12
+    ld32 $m3, $m6, $m15, 0
+    ld32 $m4, $m6, $m15, 4
     ld32 $m7, $m6, $m15, 16
-    brz $m4, k_scale_f16_done
-    brz $m7, k_scale_f16_done
+    setzi $m9, 2
+k_scale_f16_segment:
+    brz $m4, k_scale_f16_next
+    brz $m7, k_scale_f16_next
 k_scale_f16_block:
     or $m8, $m3, $m15
     add $m2, $m4, -1
@@ -708,7 +712,12 @@ k_scale_f16_loop:
     add $m3, $m3, $m5
     add $m7, $m7, -1
     brnz $m7, k_scale_f16_block
-k_scale_f16_done:
+k_scale_f16_next:
+    ld32 $m3, $m6, $m15, 20
+    ld32 $m4, $m6, $m15, 24
+    ld32 $m7, $m6, $m15, 28
+    add $m9, $m9, -1
+    brnz $m9, k_scale_f16_segment
     exit
 ";
 

@@ -703,28 +703,75 @@ pub(super) fn scale_descriptor(
     buffer: &str,
 ) -> (Vec<Word>, u64) {
     let ranges: Vec<(u64, u64)> = ranges.iter().copied().filter(|r| r.1 > 0).collect();
-    let active = ranges.len().max(1) as u64;
-    let shares = (WORKERS as u64 / active).max(1);
+    // Each worker's segments `(byte offset, rows, first block, end block)`: the balanced split
+    // when it needs at most two segments per worker and is faster, else one range per worker.
+    let mut segs = balanced_segments(&ranges, nb).unwrap_or_default();
+    let issues = |s: &[(u64, u64, u64, u64)]| {
+        let seg = |i: usize| s.get(i).map_or((0, 0), |&(_, r, b0, b1)| (r * ROW / 8, b1 - b0));
+        cost::scale_issues([seg(0), seg(1)])
+    };
+    let by_range = one_range_each(&ranges, nb);
+    if segs.is_empty() || segs.iter().map(|s| issues(s)).max() >= by_range.iter().map(|s| issues(s)).max() {
+        segs = by_range;
+    }
     let (mut words, mut slowest) = (Vec::new(), 0);
-    for w in 0..WORKERS as u64 {
-        let (at, chunks, b0, b1) = match ranges.get((w % active) as usize) {
-            Some(&(at, r)) if w / active < shares => {
-                let (b0, b1) = split(nb, shares, w / active);
-                (at, r * ROW / 8, b0, b1)
-            }
-            _ => (0, 0, 0, 0),
-        };
+    for s in &segs {
+        let word = |i: usize| s.get(i).map_or((0, 0, 0, 0), |&x| x);
+        let (at, rows, b0, b1) = word(0);
+        let (at2, rows2, c0, c1) = word(1);
         words.extend([
             Word::Sym(buffer.into(), (b0 * blk + at) as u32),
-            Word::Const(chunks as u32),
+            Word::Const((rows * ROW / 8) as u32),
             Word::Const(alpha.to_bits()),
             Word::Const(blk as u32),
             Word::Const((b1 - b0) as u32),
-            Word::Const(0),
-            Word::Const(0),
-            Word::Const(0),
+            Word::Sym(buffer.into(), (c0 * blk + at2) as u32),
+            Word::Const((rows2 * ROW / 8) as u32),
+            Word::Const((c1 - c0) as u32),
         ]);
-        slowest = slowest.max(cost::scale_issues(chunks, b1 - b0));
+        slowest = slowest.max(issues(s));
     }
     (words, slowest)
+}
+
+/// One segment per worker: worker `w` takes range `w mod active` over a share of the blocks (a
+/// range gets several workers when there are fewer ranges than workers).
+fn one_range_each(ranges: &[(u64, u64)], nb: u64) -> Vec<Vec<(u64, u64, u64, u64)>> {
+    let active = ranges.len().max(1) as u64;
+    let shares = (WORKERS as u64 / active).max(1);
+    (0..WORKERS as u64)
+        .map(|w| match ranges.get((w % active) as usize) {
+            Some(&(at, r)) if w / active < shares => {
+                let (b0, b1) = split(nb, shares, w / active);
+                alloc::vec![(at, r, b0, b1)]
+            }
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// Row-blocks dealt in order (range by range, block by block), each worker taking its even share
+/// of what is left as at most two segments; `None` when that does not cover every range (a worker
+/// would need a third segment).
+fn balanced_segments(ranges: &[(u64, u64)], nb: u64) -> Option<Vec<Vec<(u64, u64, u64, u64)>>> {
+    let mut left: u64 = ranges.iter().map(|r| r.1 * nb).sum();
+    let (mut r, mut b) = (0usize, 0u64);
+    let mut out = Vec::with_capacity(WORKERS);
+    for w in 0..WORKERS as u64 {
+        let mut quota = left.div_ceil(WORKERS as u64 - w);
+        let mut segs = Vec::new();
+        while quota > 0 && r < ranges.len() && segs.len() < 2 {
+            let (at, rows) = ranges[r];
+            let take = quota.div_ceil(rows).min(nb - b);
+            segs.push((at, rows, b, b + take));
+            quota = quota.saturating_sub(take * rows);
+            left -= take * rows;
+            b += take;
+            if b == nb {
+                (r, b) = (r + 1, 0);
+            }
+        }
+        out.push(segs);
+    }
+    (r == ranges.len()).then_some(out)
 }

@@ -142,21 +142,22 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
                 14 + 6 * chunks
             }
         }
-        Kernel::ScaleF16 => scale_issues(chunks, 1),
+        Kernel::ScaleF16 => scale_issues([(chunks, 1), (0, 0)]),
         Kernel::CvtF32ToF16 => cvt_issues(chunks, 1),
         other => kernel_issues(other, chunks as u32),
     }
 }
 
-/// Worker issues of the alpha kernel for `chunks` 8-byte chunks in each of `blocks` blocks:
-/// 8 loads and the shift up to the first `brz`; per block `or`, `add`, 9 per chunk, `add`, `add`,
-/// `brnz`; `exit`.
-pub fn scale_issues(chunks: u64, blocks: u64) -> u64 {
-    match (chunks, blocks) {
-        (0, _) => 10,
-        (_, 0) => 11,
-        _ => 10 + blocks * (5 + 9 * chunks) + 1,
-    }
+/// Worker issues of the alpha kernel over two segments of `(chunks, blocks)`: setup 9 (shl, add,
+/// 6 loads, `setzi`); per segment its two `brz` (one if it has no chunks), per block `or`, `add`,
+/// 9 per chunk, `add`, `add`, `brnz`, then 3 loads, `add`, `brnz`; `exit`.
+pub fn scale_issues(segments: [(u64, u64); 2]) -> u64 {
+    let segment = |(chunks, blocks): (u64, u64)| match (chunks, blocks) {
+        (0, _) => 1,
+        (_, 0) => 2,
+        _ => 2 + blocks * (5 + 9 * chunks),
+    };
+    9 + segments.iter().map(|&s| segment(s) + 5).sum::<u64>() + 1
 }
 
 /// Worker issues of `gelu_f16` for `chunks` groups of four values per block over `blocks` blocks:
