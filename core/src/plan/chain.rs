@@ -706,7 +706,7 @@ pub(super) fn scale_descriptor(
     // Each worker's segments `(byte offset, rows, first block, end block)`: the balanced split
     // when it needs at most two segments per worker and is faster, else one range per worker.
     let mut segs = balanced_segments(&ranges, nb).unwrap_or_default();
-    let issues = |s: &[(u64, u64, u64, u64)]| {
+    let issues = |s: &[Segment]| {
         let seg = |i: usize| s.get(i).map_or((0, 0), |&(_, r, b0, b1)| (r * ROW / 8, b1 - b0));
         cost::scale_issues([seg(0), seg(1)])
     };
@@ -734,9 +734,13 @@ pub(super) fn scale_descriptor(
     (words, slowest)
 }
 
+/// A worker's segment of the alpha kernel: byte offset of its first row in a block, rows, first
+/// block, end block.
+type Segment = (u64, u64, u64, u64);
+
 /// One segment per worker: worker `w` takes range `w mod active` over a share of the blocks (a
 /// range gets several workers when there are fewer ranges than workers).
-fn one_range_each(ranges: &[(u64, u64)], nb: u64) -> Vec<Vec<(u64, u64, u64, u64)>> {
+fn one_range_each(ranges: &[(u64, u64)], nb: u64) -> Vec<Vec<Segment>> {
     let active = ranges.len().max(1) as u64;
     let shares = (WORKERS as u64 / active).max(1);
     (0..WORKERS as u64)
@@ -753,7 +757,7 @@ fn one_range_each(ranges: &[(u64, u64)], nb: u64) -> Vec<Vec<(u64, u64, u64, u64
 /// Row-blocks dealt in order (range by range, block by block), each worker taking its even share
 /// of what is left as at most two segments; `None` when that does not cover every range (a worker
 /// would need a third segment).
-fn balanced_segments(ranges: &[(u64, u64)], nb: u64) -> Option<Vec<Vec<(u64, u64, u64, u64)>>> {
+fn balanced_segments(ranges: &[(u64, u64)], nb: u64) -> Option<Vec<Vec<Segment>>> {
     let mut left: u64 = ranges.iter().map(|r| r.1 * nb).sum();
     let (mut r, mut b) = (0usize, 0u64);
     let mut out = Vec::with_capacity(WORKERS);
