@@ -49,49 +49,6 @@ const ADD: &str = "
     exit
 ";
 
-/// `out[i] = dst[i] + src[i]` over 8-byte chunks in each of several blocks (`cost::add_blocks_issues`):
-/// descriptor 32 bytes per worker (dst, src, out, chunks per block, dst, src and out block
-/// strides, blocks). Each block as [`ADD`]: reads run two chunks ahead of the stores (one chunk
-/// past the block's end), so `out == dst` or `out == src` is safe. The `nop` puts the `rpt` at
-/// word 23 (≡ 4 mod 8 bytes).
-const ADD_BLOCKS: &str = "
-.align 8
-{NAME}:
-    shl $m6, $m0, 5
-    add $m6, $m1, $m6
-    ld32 $m2, $m6, $m15, 12
-    ld32 $m7, $m6, $m15, 28
-    brz $m2, {NAME}_done
-    brz $m7, {NAME}_done
-    ld32 $m10, $m6, $m15, 0
-    ld32 $m11, $m6, $m15, 4
-    ld32 $m12, $m6, $m15, 8
-    ld32 $m13, $m6, $m15, 16
-    ld32 $m14, $m6, $m15, 20
-    ld32 $m9, $m6, $m15, 24
-    add $m2, $m2, -1
-    add $m7, $m7, -1
-    nop
-{NAME}_block:
-    or $m3, $m10, $m15
-    or $m4, $m11, $m15
-    or $m5, $m12, $m15
-    ld64pi $a0, $m3, 8
-    ld64pi $a2, $m4, 8
-    {OP} $a4, $a0, $a2
-    ld64pi $a0, $m3, 8
-    ld64pi $a2, $m4, 8
-    rpt $m2, 1
-    { ld2st64pi $a0, $a2, $a4, $m3, $m4, $m5 ; {OP} $a4, $a0, $a2 }
-    st64pi $a4, $m5, 8
-    add $m10, $m10, $m13
-    add $m11, $m11, $m14
-    add $m12, $m12, $m9
-    brnzdec $m7, {NAME}_block
-{NAME}_done:
-    exit
-";
-
 /// Label of a kernel's entry.
 pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
     use ipu_core::graph::BinaryOp;
@@ -343,8 +300,9 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         AmpF8 => (AMP, "f8amp"),
         AddF16 => (ADD, "f16v4add"),
         AddF32 => (ADD, "f32v2add"),
-        AddBlocksF16 => (ADD_BLOCKS, "f16v4add"),
-        AddBlocksF32 => (ADD_BLOCKS, "f32v2add"),
+        // A K group's reduce-scatter step: the row binary kernel over blocks (rows) of partials.
+        AddBlocksF16 => (ROWS_BINARY, "f16v4add"),
+        AddBlocksF32 => (ROWS_BINARY, "f32v2add"),
         CastF16ToF8 => (CAST_TO_F8_PIPELINED, ""),
         CastF8ToF16 => (CAST, CAST_TO_F16),
         ScaleF16 => (SCALE, ""),

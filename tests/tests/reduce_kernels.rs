@@ -1,4 +1,5 @@
-//! The K-split kernels on their own (docs/kernels.md "K split"): `add_blocks_f32` and the
+//! The K-split kernels on their own (docs/kernels.md "K split"): `add_blocks_f32` (the row
+//! binary kernel's code over blocks of f32 partials) and the
 //! pipelined `cvt_f32_f16`, each launched by a hand-written supervisor on six workers with
 //! descriptors written here. Results are checked against the operations the doc names (an f32
 //! sum per element; an f16 rounding, to nearest even, of each float, packed from the block's
@@ -12,27 +13,11 @@ use half::f16;
 use ipu_core::plan::{cost, Kernel};
 use ipu_host::Device;
 
-/// A supervisor that runs `kernel` on six workers with the descriptor table at `desc`, then
-/// reaches the host sync.
-fn harness(kernel: Kernel) -> String {
-    let text = ipu_runtime_tile::kernels::text(kernel);
-    let label = ipu_runtime_tile::kernels::label(kernel);
-    format!(
-        "main:\n    setzi $m0, {label}\n    setzi $m1, desc\n    runall $m0, $m1\n    sync 2\n    sync 15\n    halt\n\
-         {text}\n.org 0x7f000\ndesc: .space 192\n"
-    )
-}
-
-fn write_u32s(dev: &mut ipu_host::sim::SimDevice, addr: u32, words: &[u32]) {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    dev.write_memory(0, addr, &bytes).unwrap();
-}
-
 /// Per worker w: `blocks` blocks of `chunks` f32 pairs; dst in C-like layout (stride 1024), src
 /// packed (stride 8·chunks), out == src for odd workers (the running sum joining the tile's own
 /// partial), == dst otherwise. Returns the cycle count.
 fn add_blocks(chunks: u32, blocks: u32, check: bool) -> u64 {
-    let prog = program(&harness(Kernel::AddBlocksF32));
+    let prog = kernel_harness(Kernel::AddBlocksF32, 192);
     let mut dev = device(1, 1);
     load(&mut dev, 0, &prog);
     let mut rng = Rng(11);
@@ -55,7 +40,7 @@ fn add_blocks(chunks: u32, blocks: u32, check: bool) -> u64 {
         write_u32s(
             &mut dev,
             prog.sym("desc") + 32 * w,
-            &[dst, src, out, chunks, dstride, sstride, ostride, blocks],
+            &[dst, dstride, src, sstride, out, ostride, blocks, chunks],
         );
         expected.push(want);
     }
@@ -73,18 +58,18 @@ fn add_blocks(chunks: u32, blocks: u32, check: bool) -> u64 {
 }
 
 #[test]
-fn add_blocks_adds_every_block_and_costs_its_formula() {
+fn add_blocks_adds_every_block_and_costs_the_row_kernel_formula() {
     let (a, b) = (add_blocks(5, 3, true), add_blocks(40, 3, true));
-    assert_eq!(b - a, 6 * (cost::add_blocks_issues(40, 3) - cost::add_blocks_issues(5, 3)));
+    assert_eq!(b - a, 6 * (cost::binary_rows_issues(3, 40) - cost::binary_rows_issues(3, 5)));
     let (c, d) = (add_blocks(9, 1, true), add_blocks(9, 4, true));
-    assert_eq!(d - c, 6 * (cost::add_blocks_issues(9, 4) - cost::add_blocks_issues(9, 1)));
+    assert_eq!(d - c, 6 * (cost::binary_rows_issues(4, 9) - cost::binary_rows_issues(1, 9)));
     // One chunk per block: the prologue alone (its read-ahead goes one chunk past the block).
     add_blocks(1, 2, true);
 }
 
 /// Per worker: `blocks` blocks (stride 2048) of `quads` quads of f32, converted in place.
 fn cvt(quads: u32, blocks: u32, check: bool) -> u64 {
-    let prog = program(&harness(Kernel::CvtF32ToF16));
+    let prog = kernel_harness(Kernel::CvtF32ToF16, 96);
     let mut dev = device(1, 1);
     load(&mut dev, 0, &prog);
     let mut rng = Rng(5);

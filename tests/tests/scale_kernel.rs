@@ -11,15 +11,7 @@ use ipu_host::Device;
 
 /// Worker w: segment 1 at `0x80000 + w·0x2000`, segment 2 at `+0x1000`; blocks every 256 bytes.
 fn scale(seg: [(u32, u32); 2], check: bool) -> u64 {
-    let (text, label) = (
-        ipu_runtime_tile::kernels::text(Kernel::ScaleF16),
-        ipu_runtime_tile::kernels::label(Kernel::ScaleF16),
-    );
-    let src = format!(
-        "main:\n    setzi $m0, {label}\n    setzi $m1, desc\n    runall $m0, $m1\n    sync 2\n    sync 15\n    halt\n\
-         {text}\n.org 0x7f000\ndesc: .space 192\n"
-    );
-    let prog = program(&src);
+    let prog = kernel_harness(Kernel::ScaleF16, 192);
     let mut dev = device(1, 1);
     load(&mut dev, 0, &prog);
     let alpha = 0.117_851_13f32;

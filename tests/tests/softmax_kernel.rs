@@ -15,13 +15,7 @@ use ipu_host::Device;
 /// Source blocks of 16 values (32 bytes) every 64 bytes; destination blocks of `be` values every
 /// `2·be + 32` bytes. One row per worker.
 fn softmax(n: u32, be: u32, check: bool) -> u64 {
-    let text = ipu_runtime_tile::kernels::text(Kernel::SoftmaxF16);
-    let label = ipu_runtime_tile::kernels::label(Kernel::SoftmaxF16);
-    let src = format!(
-        "main:\n    setzi $m0, {label}\n    setzi $m1, desc\n    runall $m0, $m1\n    sync 2\n    sync 15\n    halt\n\
-         {text}\n.org 0x7f000\ndesc: .space 384\n"
-    );
-    let prog = program(&src);
+    let prog = kernel_harness(Kernel::SoftmaxF16, 384);
     let mut dev = device(1, 1);
     load(&mut dev, 0, &prog);
     let mut rng = Rng(3 + n as u64);

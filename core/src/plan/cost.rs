@@ -48,19 +48,7 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
                 count as u64 + 15
             }
         }
-        Kernel::AddBlocksF16 | Kernel::AddBlocksF32 => add_blocks_issues(count as u64, 1),
-    }
-}
-
-/// Worker issues of `add_blocks` for `chunks` 8-byte chunks in each of `blocks` blocks: shl,
-/// add, 2×ld32, 2×brz (6); 6×ld32, 2×add, nop (9); per block three pointer copies, the two-chunk
-/// prologue (5), `rpt`, one bundle per chunk after the first, st64pi, three stride adds and
-/// brnzdec; exit. An empty range exits at the first or second branch.
-pub fn add_blocks_issues(chunks: u64, blocks: u64) -> u64 {
-    match (chunks, blocks) {
-        (0, _) => 6,
-        (_, 0) => 7,
-        _ => 16 + blocks * (13 + chunks),
+        Kernel::AddBlocksF16 | Kernel::AddBlocksF32 => binary_rows_issues(1, count as u64),
     }
 }
 

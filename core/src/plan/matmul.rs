@@ -283,8 +283,7 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
             finish_rw = rw.div_ceil(g.tk);
             let words = (g.tk - 1) * nbt * WORKERS as u64 * finish_rw * ROW as u64 / 4;
             let xchg = 3 + words + (g.tk - 1) * nbt * WORKERS as u64 + 150;
-            let adds =
-                (g.tk - 1) * nbt * (2 + cost::runall_cycles(kernel_issues(add, (finish_rw * 4) as u32)));
+            let adds = (g.tk - 1) * (2 + cost::runall_cycles(cost::binary_rows_issues(nbt, finish_rw * 4)));
             total += 2 * 90 + xchg + adds;
         } else {
             // Per reduction round the root receives f − 1 partial blocks and adds each.

@@ -155,9 +155,9 @@ pub enum Kernel {
     /// `x = f(x)` in place over blocks of f16, f32 arithmetic (descriptor: ptr, 4-value chunks
     /// per block, block stride, blocks, the function's constants; 64 bytes; `map.rs`).
     MapF16(crate::graph::MapFn),
-    /// `out[i] = dst[i] + src[i]` over f16 in each of several blocks: a reduce-scatter step
-    /// (descriptor per worker, 32 bytes: dst, src, out, chunks of 8 bytes per block, dst and out
-    /// block stride, src block stride, blocks, 0).
+    /// `out = dst + src` over f16 in each of several blocks: a reduce-scatter step, the code of the
+    /// row binary kernels (descriptor as `BinaryF16`: dst, dst block stride, src, src block stride,
+    /// out, out block stride, blocks, 8-byte chunks per block).
     AddBlocksF16,
     /// Same over f32.
     AddBlocksF32,

@@ -15,7 +15,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::cost::{add_blocks_issues, kernel_issues};
+use super::cost::{binary_rows_issues, kernel_issues};
 use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
 use super::layout::{split, zero, ROW, SCRATCH, SLACK};
 use super::{Kernel, MemKind, TilePlan, Word};
@@ -121,8 +121,8 @@ pub(super) fn reduce_group(
 /// The one-round reduce-scatter of a K group (`tk` tiles, `tile(l)`, `nbt` blocks of `cblk` bytes
 /// with the workers' pieces `all`): tile `l` receives share `l` of every other tile's partials
 /// into `R` (`[sender][piece][block]`, so a worker's piece is one stride in C and another in R)
-/// and adds them with `add_blocks` (over f16 or f32, the caller's choice), one launch per step over
-/// all blocks, so that each element is summed in the order `((P0 + P1) + P2) + …`.
+/// and adds them with `add_blocks` (the row binary kernel's code over f16 or f32, the caller's
+/// choice; blocks are its rows), one launch per step over all blocks, so that each element is summed in the order `((P0 + P1) + P2) + …`.
 /// Returns each tile's share.
 pub(super) fn reduce_scatter(
     plans: &mut [TilePlan],
@@ -186,15 +186,15 @@ pub(super) fn reduce_scatter(
                 let chunks = p.rows * ROW as u64 / 8;
                 words.extend([
                     dst,
-                    src,
-                    out,
-                    Word::Const(chunks as u32),
                     Word::Const(dst_stride as u32),
+                    src,
                     Word::Const(src_stride as u32),
+                    out,
                     Word::Const(out_stride as u32),
                     Word::Const(nbt as u32),
+                    Word::Const(chunks as u32),
                 ]);
-                slowest = slowest.max(add_blocks_issues(chunks, nbt));
+                slowest = slowest.max(binary_rows_issues(nbt, chunks));
             }
             round.adds.push((rt, format!("_{q}"), words, slowest));
             in_c = into_c;
@@ -368,17 +368,18 @@ mod tests {
                 }
                 for (_, _, words, _) in round.adds.iter().filter(|a| a.0 == l as u16) {
                     for e in words.chunks(8) {
-                        let Word::Const(blocks) = e[7] else { unreachable!() };
-                        if let Word::Const(0) = e[3] {
+                        let Word::Const(blocks) = e[6] else { unreachable!() };
+                        if let Word::Const(0) = e[7] {
                             continue;
                         }
-                        let stride = |i: usize| match e[4 + i] {
+                        // (pointer, block stride) of dst, src, out.
+                        let stride = |i: usize| match e[2 * i + 1] {
                             Word::Const(s) => s,
                             _ => unreachable!(),
                         };
                         for b in 0..blocks {
                             let at = |i: usize| {
-                                let (buf, off) = key(&e[i]);
+                                let (buf, off) = key(&e[2 * i]);
                                 (buf, off + b * stride(i))
                             };
                             let sum = format!("({} + {})", mem[&at(0)], mem[&at(1)]);

@@ -130,3 +130,21 @@ pub fn check_every_f16(device: fn(f32) -> f32, exact: fn(f64) -> f64, carried: f
     }
     assert!(worst > 0.3, "the bound is not loose by orders of magnitude: worst ratio {worst}");
 }
+
+/// A supervisor that runs `kernel` on six workers with the descriptor table at `desc` (`desc_bytes`
+/// bytes at 0x7f000), then reaches the host sync: for tests that launch one kernel with
+/// descriptors they write themselves (`reduce_kernels.rs`, `softmax_kernel.rs`, `scale_kernel.rs`).
+pub fn kernel_harness(kernel: ipu_core::plan::Kernel, desc_bytes: u32) -> TileProgram {
+    let text = ipu_runtime_tile::kernels::text(kernel);
+    let label = ipu_runtime_tile::kernels::label(kernel);
+    program(&format!(
+        "main:\n    setzi $m0, {label}\n    setzi $m1, desc\n    runall $m0, $m1\n    sync 2\n    sync 15\n    halt\n\
+         {text}\n.org 0x7f000\ndesc: .space {desc_bytes}\n"
+    ))
+}
+
+/// Write 32-bit words to tile 0.
+pub fn write_u32s(dev: &mut SimDevice, addr: u32, words: &[u32]) {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    dev.write_memory(0, addr, &bytes).unwrap();
+}
