@@ -131,6 +131,7 @@ pub fn plan_error_message(
                 None => format!("{file}: {what}"),
             }
         }
+        plan::PlanError::OverBudget { .. } => format!("{file}: {err}"),
     }
 }
 
@@ -275,11 +276,11 @@ pub fn build_model(
     let linked: Vec<Linked> =
         phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
             // Keyed by the code itself (borrowed: at SigLIP scale the codes are hundreds of MB).
-            let mut first: BTreeMap<(&str, String), usize> = BTreeMap::new();
+            let mut first: BTreeMap<(&str, &[ipu_core::plan::Buffer]), usize> = BTreeMap::new();
             let mut unique = Vec::new();
             let mut index = Vec::with_capacity(codes.len());
             for (t, code) in codes.iter().enumerate() {
-                let key = (code.as_str(), format!("{:?}", plan.tiles[t].buffers));
+                let key = (code.as_str(), plan.tiles[t].buffers.as_slice());
                 let u = *first.entry(key).or_insert_with(|| {
                     unique.push(t);
                     unique.len() - 1

@@ -299,7 +299,7 @@ pub fn chain_layout(
     state_path: Option<&Path>,
     pool: &rayon::ThreadPool,
 ) -> Result<Option<LayoutOutcome>, String> {
-    use ipu_core::plan::{chain::SideCast, plan, PlanOptions};
+    use ipu_core::plan::{chain::SideCast, PlanOptions};
     let sides = side_casts(g);
     let groups: Vec<u32> = (1..=11)
         .map(|e| 1u32 << e)
@@ -310,9 +310,13 @@ pub fn chain_layout(
         return Ok(None);
     }
     let placements: &[SideCast] = if sides.is_empty() { &[SideCast::Replicated] } else { &SideCast::ALL };
-    let cost = |(n, c): (u32, SideCast)| {
-        plan(g, PlanOptions { side_cast: c, column_groups: n, ..PlanOptions::new(tiles) })
+    // Each candidate's figures (`plan::figures`: the full plan's cost and exchange bytes); with a
+    // budget, a candidate that provably costs more is refused before it is built.
+    let figures = |(n, c): (u32, SideCast), budget: Option<u64>| {
+        let opts = PlanOptions { side_cast: c, column_groups: n, budget, ..PlanOptions::new(tiles) };
+        ipu_core::plan::figures(g, opts, &[]).map(|(cost, exchange_bytes)| Figures { cost, exchange_bytes })
     };
+    let cost = |x: (u32, SideCast)| figures(x, None);
     let Ok(base) = cost((1, SideCast::Replicated)) else { return Ok(None) };
     let point = |(n, c): (u32, SideCast), cycles: u64| Point {
         grid: None,
@@ -339,13 +343,26 @@ pub fn chain_layout(
         .collect();
     let start = (state.attempts as usize).min(candidates.len());
     // Only the figures of each plan are kept: a full 1472-tile plan per candidate held at once
-    // took over a GB for the Q·Kᵀ example.
-    let evaluated: Vec<_> = pool.install(|| {
-        candidates[start..]
-            .par_iter()
-            .map(|&x| (x, cost(x).map(|p| Figures { cost: p.cost, exchange_bytes: p.exchange_bytes })))
-            .collect()
+    // took over a GB for the Q·Kᵀ example. Two waves: the replicated candidates (no exchange),
+    // then the others with the best cycles so far as their budget — a candidate whose exchange
+    // alone must take longer is refused before it is built (`PlanError::OverBudget`). Refused
+    // only when its bound is strictly above a cost already reached, it could never have been
+    // accepted, so the choice is the one an evaluation of every candidate makes.
+    let todo = &candidates[start..];
+    let first_wave: Vec<_> = pool.install(|| {
+        todo.par_iter().filter(|x| x.1 == SideCast::Replicated).map(|&x| (x, figures(x, None))).collect()
     });
+    let budget = first_wave
+        .iter()
+        .filter_map(|(_, p)| p.as_ref().ok().map(|p| p.cost.cycles))
+        .chain([state.incumbent.cycles])
+        .min();
+    let second_wave: Vec<_> = pool.install(|| {
+        todo.par_iter().filter(|x| x.1 != SideCast::Replicated).map(|&x| (x, figures(x, budget))).collect()
+    });
+    // Back in candidate order.
+    let mut evaluated: Vec<_> = first_wave.into_iter().chain(second_wave).collect();
+    evaluated.sort_by_key(|(x, _)| todo.iter().position(|y| y == x));
     let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
     for (i, (x, p)) in evaluated.iter().enumerate() {
         let attempt = start + i + 1;
@@ -376,6 +393,14 @@ pub fn chain_layout(
                     save_state(state_path, &state)?;
                 }
             }
+            Err(ipu_core::plan::PlanError::OverBudget { lower_bound, exchange_bytes }) => info!(
+                attempt,
+                placement = x.1.name(),
+                column_groups = x.0,
+                lower_bound,
+                exchange_bytes,
+                "skipped local layout candidate: its exchange alone exceeds the best cycles so far"
+            ),
             Err(e) => {
                 info!(attempt, placement = x.1.name(), column_groups = x.0, error = %e, "local layout candidate not plannable")
             }
@@ -389,7 +414,11 @@ pub fn chain_layout(
         // Plans the search already made are reused; only candidates it did not evaluate (outside
         // the attempts budget, or before a resume) are planned here.
         let bytes = |c: SideCast| match evaluated.iter().find(|(x, _)| *x == (best.0, c)) {
-            Some((_, p)) => p.as_ref().ok().map(|p| p.exchange_bytes),
+            Some((_, Ok(p))) => Some(p.exchange_bytes),
+            Some((_, Err(ipu_core::plan::PlanError::OverBudget { exchange_bytes, .. }))) => {
+                Some(*exchange_bytes)
+            }
+            Some((_, Err(_))) => None,
             None => cost((best.0, c)).ok().map(|p| p.exchange_bytes),
         };
         info!(

@@ -151,3 +151,50 @@ fn a_graph_planned_as_one_mapping_gets_no_stage_search() {
     assert_eq!(searched.package.plan.search_attempts, 0);
     assert!(searched.bytes == build("c.toml", src, &o(0)).unwrap().bytes);
 }
+
+/// The search costs candidates with `plan::figures` and refuses over-budget ones by a lower
+/// bound: both must agree with the full plan for every (column groups, placement) candidate —
+/// the same cycles and exchange bytes, a bound never above the real cycles — or the search
+/// could pick a different program than an evaluation of every candidate would.
+#[test]
+fn candidate_figures_and_exchange_bound_agree_with_the_full_plan() {
+    use ipu_core::plan::{chain::SideCast, figures, plan, PlanError, PlanOptions};
+    let qk = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/qk.toml")).unwrap();
+    let att =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/attention.toml")).unwrap();
+    let mut bounded = 0;
+    for (name, src, tiles) in [("qk", &qk, 64), ("qk", &qk, 300), ("attention", &att, 64)] {
+        let g = ipu_host::model::parse("m.toml", src).unwrap();
+        for n in [1, 2, 4, 8] {
+            if n > 1 && ipu_core::plan::columns::split(&g, n).is_err() {
+                continue;
+            }
+            for c in SideCast::ALL {
+                let opts = PlanOptions { side_cast: c, column_groups: n as u32, ..PlanOptions::new(tiles) };
+                let Ok(full) = plan(&g, opts) else { continue };
+                let (cost, bytes) = figures(&g, opts, &[]).unwrap();
+                assert_eq!(
+                    (cost, bytes),
+                    (full.cost, full.exchange_bytes),
+                    "{name} {tiles} tiles, {n} groups, {c:?}"
+                );
+                match figures(&g, PlanOptions { budget: Some(0), ..opts }, &[]) {
+                    Err(PlanError::OverBudget { lower_bound, exchange_bytes }) => {
+                        assert!(
+                            lower_bound > 0 && lower_bound <= full.cost.exchange,
+                            "{name} {n} {c:?}: bound {lower_bound} vs exchange {}",
+                            full.cost.exchange
+                        );
+                        assert_eq!(exchange_bytes, full.exchange_bytes, "{name} {n} {c:?}");
+                        bounded += 1;
+                    }
+                    Ok(_) => {
+                        assert_eq!(full.exchange_bytes, 0, "{name} {n} {c:?}: an exchange without a bound")
+                    }
+                    Err(e) => panic!("{name} {n} {c:?}: {e}"),
+                }
+            }
+        }
+    }
+    assert!(bounded >= 8, "only {bounded} candidates had a bound");
+}

@@ -273,6 +273,17 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             over: total - limit,
         });
     }
+    // A search candidate that cannot beat the incumbent is refused before anything is built.
+    if let Some(budget) = opts.budget {
+        let (words, exchange_bytes) =
+            gather_lower_bound(g, &chain, &side_casts, opts.side_cast, used_per_batch);
+        if words > budget {
+            return Err(PlanError::OverBudget {
+                lower_bound: words,
+                exchange_bytes: nbatch * exchange_bytes,
+            });
+        }
+    }
     let mut plans = vec![TilePlan::default(); opts.tiles];
     // Per batch group, the pieces each tile contributes to the side-operand all-gather, and per
     // tile the step index where the exchange goes.
@@ -368,15 +379,10 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             // Side operands: weight blocks for each matmul, per batch entry.
             let mut side_layout: BTreeMap<TensorId, (u64, u64, u64, u64, u64)> = BTreeMap::new(); // be, cols, kb, nb, elt
             for &ci in &chain {
-                let OpKind::MatMul { a, b: bt, transpose_b, accumulate, .. } = g.ops[ci].kind else {
+                let Some((bt, k, n, geo)) = side_geometry(g, ci) else {
                     continue;
                 };
-                let (_, _, k, n) =
-                    matmul_shape(g.tensor(a), g.tensor(bt), false, transpose_b).unwrap_or_default();
-                let fp8 = is_fp8(g.tensor(a).dtype);
-                let be = if fp8 { 32 } else { 16 };
-                let oc = if accumulate == DType::F32 { 8 } else { 16 };
-                let geo = (be, oc, k.div_ceil(be), n.div_ceil(oc), 0);
+                let (be, oc) = (geo.0, geo.1);
                 let src = side_casts
                     .iter()
                     .find(|&&c| g.ops[c].output == bt)
@@ -644,8 +650,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         .collect();
     let mut exchange_bytes = 0u64;
     if groups.iter().any(|(t, p)| t.len() > 1 && !p.is_empty()) {
-        let (sched, _) = exchange::all_gather(&groups)
-            .map_err(|e| PlanError::Unsupported(side_casts[0], format!("{e}")))?;
+        let (sched, _) = if opts.costing {
+            exchange::all_gather_unchecked(&groups)
+        } else {
+            exchange::all_gather(&groups)
+                .map_err(|e| PlanError::Unsupported(side_casts[0], format!("{e}")))?
+        };
         exchange_bytes = groups.iter().flat_map(|(_, p)| p).map(|p| 4 * p.words as u64).sum();
         horizons.push(sched.horizon);
         let names: Vec<String> = side_casts.iter().map(|&c| g.tensor(g.ops[c].output).name.clone()).collect();
@@ -683,6 +693,67 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             opts.side_cast.name()
         )],
     })
+}
+
+/// Weight blocks of a side operand: `(be, oc, kb, nb, elt)` (elt filled in per tensor).
+type BlockGeometry = (u64, u64, u64, u64, u64);
+
+/// The right operand of chain matmul `ci` and its AMP weight-block geometry: `(b, k, n, (be, oc,
+/// kb, nb, 0))` — block rows (32 for FP8 `a`, else 16), block columns (8 for f32 accumulation,
+/// else 16) and the block counts. `None` for other ops.
+fn side_geometry(g: &Graph, ci: usize) -> Option<(TensorId, u64, u64, BlockGeometry)> {
+    let OpKind::MatMul { a, b, transpose_b, accumulate, .. } = g.ops[ci].kind else {
+        return None;
+    };
+    let (_, _, k, n) = matmul_shape(g.tensor(a), g.tensor(b), false, transpose_b).unwrap_or_default();
+    let be = if is_fp8(g.tensor(a).dtype) { 32 } else { 16 };
+    let oc = if accumulate == DType::F32 { 8 } else { 16 };
+    Some((b, k, n, (be, oc, k.div_ceil(be), n.div_ceil(oc), 0)))
+}
+
+/// A lower bound on the cycles of a plan with distributed side casts, and the bytes one batch
+/// group's all-gather moves. Each of the `per_group` tiles of a batch group holds its share
+/// (`casts::own_units`, units of 8 values) and receives every other tile's; a tile takes in one
+/// word per cycle (docs/target.md §5), so the exchange superstep — and the plan — lasts at least
+/// as many cycles as the busiest tile receives words. `(0, 0)` when nothing is exchanged.
+fn gather_lower_bound(
+    g: &Graph,
+    chain: &[usize],
+    side_casts: &[usize],
+    mode: SideCast,
+    per_group: u64,
+) -> (u64, u64) {
+    let elt = match mode {
+        SideCast::Replicated => return (0, 0),
+        SideCast::BeforeExchange => 1,
+        SideCast::AfterExchange => 2,
+    };
+    if per_group < 2 {
+        return (0, 0);
+    }
+    let units: Vec<u64> = side_casts
+        .iter()
+        .filter_map(|&c| {
+            let out = g.ops[c].output;
+            let ci = chain.iter().copied().find(|&i| side_geometry(g, i).is_some_and(|(b, ..)| b == out))?;
+            let (_, _, _, (be, oc, kb, nb, _)) = side_geometry(g, ci)?;
+            Some(kb * nb * be * oc / 8)
+        })
+        .collect();
+    let words = |u: u64| u * 8 * elt / 4;
+    let busiest = (0..per_group)
+        .map(|i| {
+            units
+                .iter()
+                .map(|&u| {
+                    let own = own_units(mode, u, per_group, i);
+                    words(u) - words(own.end - own.start)
+                })
+                .sum()
+        })
+        .max()
+        .unwrap_or(0);
+    (busiest, units.iter().map(|&u| 4 * words(u)).sum())
 }
 
 /// Bytes of a softmax worker's `e` row for rows of `n` values: `n` f32, 8-aligned (the kernel

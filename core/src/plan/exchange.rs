@@ -206,6 +206,14 @@ pub struct Piece {
 /// supervisor sets pointer and mux for each incoming piece, sends its own piece in between, and
 /// each start is chosen so that those instructions fit (a tile's events never overlap in time).
 pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    let (s, transfers) = all_gather_unchecked(groups);
+    validate(&transfers, &s)?;
+    Ok((s, transfers))
+}
+
+/// [`all_gather`] without the word-by-word validation: for costing search candidates, whose
+/// chosen plan is planned again with the validation.
+pub fn all_gather_unchecked(groups: &[(Vec<u16>, Vec<Piece>)]) -> (Schedule, Vec<Transfer>) {
     let mut s = Schedule::default();
     let mut transfers = Vec::new();
     for (tiles, pieces) in groups {
@@ -283,8 +291,7 @@ pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Tr
             Event::Drain { until } => *until,
         });
     }
-    validate(&transfers, &s)?;
-    Ok((s, transfers))
+    (s, transfers)
 }
 
 /// Check that a tile's supervisor can issue every event on time, replaying the issue costs of the

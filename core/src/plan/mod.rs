@@ -42,8 +42,9 @@ pub enum MemKind {
     Profile,
 }
 
-/// A named piece of tile memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A named piece of tile memory. `Ord` so that the build can key identical tiles by their
+/// buffers without formatting them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Buffer {
     /// Symbol name (unique on the tile).
     pub name: String,
@@ -83,7 +84,7 @@ impl Live {
 }
 
 /// A 32-bit word whose value may be an address.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Word {
     /// A constant.
     Const(u32),
@@ -333,6 +334,13 @@ pub enum PlanError {
         /// Bytes left on the tile before it.
         free: u64,
     },
+    /// The plan costs more than `PlanOptions::budget` (search candidates only).
+    OverBudget {
+        /// Cycles the plan takes at least.
+        lower_bound: u64,
+        /// Bytes its exchange moves.
+        exchange_bytes: u64,
+    },
 }
 
 impl core::fmt::Display for PlanError {
@@ -344,6 +352,9 @@ impl core::fmt::Display for PlanError {
             }
             PlanError::Memory { tile, buffer, over } => {
                 write!(f, "tile {tile}: {buffer} does not fit in tile memory ({over} bytes over)")
+            }
+            PlanError::OverBudget { lower_bound, .. } => {
+                write!(f, "the plan takes at least {lower_bound} cycles, more than the search's budget")
             }
         }
     }
@@ -371,6 +382,12 @@ pub struct PlanOptions {
     pub side_cast: chain::SideCast,
     /// Groups of result columns a row chain's final matmul is split into (1: none; `columns.rs`).
     pub column_groups: u32,
+    /// Refuse early (`PlanError::OverBudget`) a plan that provably costs more than this many
+    /// cycles (the search's incumbent); `None` plans whatever it costs.
+    pub budget: Option<u64>,
+    /// Only the cost is wanted (a search candidate, [`figures`]): exchange schedules are not
+    /// validated word by word — the plan that is built is planned again with the validation.
+    pub costing: bool,
     /// Told `(stage, stages, what)` before each stage of a graph is planned, so that a long
     /// plan shows where it is (the host logs it; `core` has no clock or log of its own).
     pub progress: Option<fn(usize, usize, &str)>,
@@ -385,6 +402,8 @@ impl PlanOptions {
             profile: false,
             side_cast: chain::SideCast::Replicated,
             column_groups: 1,
+            budget: None,
+            costing: false,
             progress: None,
         }
     }
@@ -465,6 +484,34 @@ pub fn plan_with_grids(
     Ok(plan)
 }
 
+/// What a search needs of a candidate — its predicted cost and the bytes its exchange moves —
+/// the same figures [`plan_with_grids`] gives (`tests/tests/search.rs` compares them). When the
+/// whole graph is one mapping ([`single`]) the stage planner's naming, binding and liveness work
+/// is skipped: it does not change the steps the cost is predicted from, and at 1472 tiles it was
+/// most of a candidate's planning time.
+pub fn figures(
+    graph: &Graph,
+    opts: PlanOptions,
+    grids: &[Option<[u32; 3]>],
+) -> Result<(cost::Cost, u64), PlanError> {
+    let opts = PlanOptions { costing: true, ..opts };
+    if !opts.profile {
+        match single(graph, opts) {
+            Ok(p) => {
+                // Descriptor tables are not merged into `D` first: merging pads each table to
+                // 16 bytes, as placing it alone does, so the peak is the same.
+                for (t, tile) in p.tiles.iter().enumerate() {
+                    check_memory(graph, t as u16, tile)?;
+                }
+                return Ok((p.cost, p.exchange_bytes));
+            }
+            Err(e @ PlanError::OverBudget { .. }) => return Err(e),
+            Err(_) => {}
+        }
+    }
+    plan_with_grids(graph, opts, grids).map(|p| (p.cost, p.exchange_bytes))
+}
+
 /// The graph as one mapping: the matmul planner (with its fused epilogue) or the row-chain
 /// planner (with column groups when asked).
 pub(crate) fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
@@ -512,17 +559,25 @@ pub const BUFFER_BYTES: u64 = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESE
 /// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
 /// tile needs a handful of symbols however many kernel launches it has.
 fn merge_descriptors(tile: &mut TilePlan) {
-    let mut words = Vec::new();
-    let mut renamed: Vec<(String, String)> = Vec::new();
-    tile.buffers.retain(|b| {
+    let total: usize = tile
+        .buffers
+        .iter()
+        .filter(|b| b.kind == MemKind::Descriptor)
+        .map(|b| b.init.len().next_multiple_of(4))
+        .sum();
+    let mut words = Vec::with_capacity(total);
+    // Old name → byte offset in `D`: looked up once per launch and per symbolic word, so a map
+    // (a tile can have thousands of launches).
+    let mut base: BTreeMap<String, u32> = BTreeMap::new();
+    tile.buffers.retain_mut(|b| {
         if b.kind != MemKind::Descriptor || b.init.is_empty() {
             return true;
         }
         while words.len() % 4 != 0 {
             words.push(Word::Const(0));
         }
-        renamed.push((b.name.clone(), alloc::format!("D+{}", 4 * words.len())));
-        words.extend(b.init.iter().cloned());
+        base.insert(core::mem::take(&mut b.name), 4 * words.len() as u32);
+        words.append(&mut b.init);
         false
     });
     if words.is_empty() {
@@ -530,14 +585,12 @@ fn merge_descriptors(tile: &mut TilePlan) {
     }
     for step in tile.steps.iter_mut() {
         if let Step::RunAll(_, desc, _) = step {
-            if let Some((_, new)) = renamed.iter().find(|(old, _)| old == desc) {
-                *desc = new.clone();
+            if let Some(off) = base.get(desc.as_str()) {
+                *desc = alloc::format!("D+{off}");
             }
         }
     }
     // Descriptors that point into other merged tables (a copy list) now point into `D`.
-    let base: BTreeMap<&str, u32> =
-        renamed.iter().map(|(old, new)| (old.as_str(), new[2..].parse().unwrap_or(0))).collect();
     for w in words.iter_mut() {
         if let Word::Sym(name, off) = w {
             if let Some(b) = base.get(name.as_str()) {
