@@ -363,7 +363,7 @@ pub fn chain_layout(
     // Back in candidate order.
     let mut evaluated: Vec<_> = first_wave.into_iter().chain(second_wave).collect();
     evaluated.sort_by_key(|(x, _)| todo.iter().position(|y| y == x));
-    let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i)).collect();
+    let names: Vec<String> = sides.iter().map(|&i| ipu_core::plan::op_phase(g, i).to_string()).collect();
     for (i, (x, p)) in evaluated.iter().enumerate() {
         let attempt = start + i + 1;
         state.attempts = attempt as u32;

@@ -111,11 +111,11 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
         let Some(a) = at else {
             return Err(LinkError::NoSpace {
                 tile,
-                buffer: b.name.clone(),
+                buffer: b.name.to_string(),
                 over: (b.bytes - largest.min(b.bytes)) as u64,
             });
         };
-        addr_of.insert(b.name.clone(), a);
+        addr_of.insert(b.name.to_string(), a);
     }
     // Pass 2: real addresses, initialised buffers as data segments.
     let mut text = String::new();
@@ -126,10 +126,10 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     // Initialised buffers in address order; adjacent ones share one segment (the assembler has a
     // fixed segment capacity, and fewer segments make smaller images).
     let mut init: Vec<&Buffer> = buffers.iter().filter(|b| !b.init.is_empty()).collect();
-    init.sort_by_key(|b| addr_of[&b.name]);
+    init.sort_by_key(|b| addr_of[b.name.as_str()]);
     let mut cur_end = None;
     for b in init {
-        let a = addr_of[&b.name];
+        let a = addr_of[b.name.as_str()];
         // Only exactly adjacent buffers share a segment: a gap may hold another (zero) buffer.
         match cur_end {
             Some(e) if a == e => {}
@@ -163,7 +163,7 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     let mut memory = TileMemory { code: code_bytes, host: HOST_AREA_BYTES, ..TileMemory::default() };
     // Zero-filled bytes as disjoint segments (buffers with disjoint lifetimes may share bytes).
     let mut zero: Vec<(u32, u32)> =
-        buffers.iter().filter(|b| b.init.is_empty()).map(|b| (addr_of[&b.name], b.bytes)).collect();
+        buffers.iter().filter(|b| b.init.is_empty()).map(|b| (addr_of[b.name.as_str()], b.bytes)).collect();
     zero.sort_unstable();
     let mut runs: Vec<(u32, u32)> = Vec::new();
     for (a, n) in zero {

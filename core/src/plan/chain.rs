@@ -302,14 +302,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let run = |p: &mut TilePlan, k: Kernel, desc: String, words: Vec<Word>, n: u64| {
                 let bytes = 4 * words.len() as u32;
                 p.buffers.push(Buffer {
-                    name: desc.clone(),
+                    name: desc.clone().into(),
                     bytes,
                     align: 16,
                     kind: MemKind::Descriptor,
                     init: words,
                     live: super::Live::ALWAYS,
                 });
-                p.steps.push(Step::RunAll(k, desc, n));
+                p.steps.push(Step::RunAll(k, desc.into(), n));
             };
             // Row tensor buffers and bindings of inputs / outputs.
             for &t in &rows_t {
@@ -357,7 +357,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                 };
                 p.buffers.push(Buffer {
-                    name: name(t),
+                    name: name(t).into(),
                     bytes: (bytes + SLACK) as u32,
                     align: 16,
                     kind: MemKind::Tensor,
@@ -396,7 +396,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     side_layout.insert(t, (geo.0, geo.1, geo.2, geo.3, elt));
                     let bytes = geo.2 * geo.3 * be * oc * elt;
                     p.buffers.push(Buffer {
-                        name: format!("s{}", t.0),
+                        name: format!("s{}", t.0).into(),
                         bytes: bytes as u32,
                         align: 16,
                         kind: MemKind::Tensor,
@@ -549,18 +549,18 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 let mut off = nbl * blk;
                                 for (w0, w1) in &wr {
                                     let out = (off + SCRATCH) as u32;
-                                    words.push(Word::Sym(name(src), ((kbl * rows + w0) * ROW) as u32));
+                                    words.push(Word::Sym(name(src).into(), ((kbl * rows + w0) * ROW) as u32));
                                     words.push(if kbl == 0 {
                                         Word::Sym("Z".into(), 0)
                                     } else {
-                                        Word::Sym(name(dst), out)
+                                        Word::Sym(name(dst).into(), out)
                                     });
-                                    words.push(Word::Sym(name(dst), out - SCRATCH as u32));
+                                    words.push(Word::Sym(name(dst).into(), out - SCRATCH as u32));
                                     words.push(Word::Const((w1 - w0 + 1) as u32));
                                     off += SCRATCH + (w1 - w0) * ROW;
                                 }
                                 p.steps.push(Step::LoadWeights(
-                                    format!("s{}", bt.0),
+                                    format!("s{}", bt.0).into(),
                                     ((kbl * nb + nbl) * wbytes) as u32,
                                 ));
                                 let n = cost::kernel_issues(amp, (wr[0].1 - wr[0].0 + 1) as u32);
@@ -599,7 +599,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         let erow = softmax_e_row(n);
                         let ebuf = format!("e{}", dst.0);
                         p.buffers.push(Buffer {
-                            name: ebuf.clone(),
+                            name: ebuf.clone().into(),
                             bytes: (WORKERS as u64 * erow) as u32,
                             align: 16,
                             kind: MemKind::Tensor,
@@ -610,9 +610,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         let mut off = 0;
                         for (w, (w0, w1)) in wr.iter().enumerate() {
                             words.extend([
-                                Word::Sym(name(src), (off + SCRATCH) as u32),
+                                Word::Sym(name(src).into(), (off + SCRATCH) as u32),
                                 Word::Const((blk - ROW) as u32),
-                                Word::Sym(name(dst), (w0 * be * elt) as u32),
+                                Word::Sym(name(dst).into(), (w0 * be * elt) as u32),
                                 Word::Const(((rows - 1) * be * elt) as u32),
                                 Word::Const((w1 - w0) as u32),
                                 // Groups of four values, the tail, groups per destination
@@ -621,7 +621,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Const((n / 4) as u32),
                                 Word::Const((n % 4) as u32),
                                 Word::Const((be / 4) as u32),
-                                Word::Sym(ebuf.clone(), (w as u64 * erow) as u32),
+                                Word::Sym(ebuf.clone().into(), (w as u64 * erow) as u32),
                             ]);
                             words.extend((0..7).map(|_| Word::Const(0)));
                             off += SCRATCH + (w1 - w0) * ROW;
@@ -663,7 +663,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         for (t, p) in plans.iter_mut().enumerate() {
             let at = gather_at.get(t).copied().unwrap_or(p.steps.len()).min(p.steps.len());
             let events = sched.events.get(&(t as u16)).cloned().unwrap_or_default();
-            p.steps.splice(at..at, [Step::Phase(phase.clone()), Step::Sync, Step::Exchange(events)]);
+            p.steps.splice(at..at, [Step::Phase(phase.clone().into()), Step::Sync, Step::Exchange(events)]);
         }
     }
     let cost = cost::predict(&plans, &horizons);

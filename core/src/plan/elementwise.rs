@@ -249,7 +249,7 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             words.extend((0..6).map(|_| Word::Const(0)));
             issues = issues.max(cost::splat_rows_issues(n, c1 - c0));
         }
-        p.launch(super::op_phase(g, op), kernel, "dew".into(), words, issues);
+        p.launch(super::op_phase(g, op), kernel, "dew", words, issues);
     }
     let [sa, sb, sy] = slices;
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
@@ -351,7 +351,7 @@ pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             p.buffers.extend(bufs);
             p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), copy_issues));
         }
-        p.run(kernel, "dew".into(), words, issues);
+        p.run(kernel, "dew", words, issues);
     }
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];

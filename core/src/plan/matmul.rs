@@ -565,7 +565,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                         }
                         let name = format!("d{nbl}_{kbl}");
                         p.buffers.push(Buffer {
-                            name: name.clone(),
+                            name: name.clone().into(),
                             bytes: 96,
                             align: 16,
                             kind: MemKind::Descriptor,
@@ -580,7 +580,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                             amp,
                             wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32,
                         );
-                        p.steps.push(Step::RunAll(amp, name, issues));
+                        p.steps.push(Step::RunAll(amp, name.into(), issues));
                     }
                 }
                 // The rows this tile finishes: its share when the group reduce-scatters, all of
@@ -650,7 +650,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
             for (tile, name, words, issues) in round.adds.iter().filter(|a| a.0 as usize == t) {
                 p.buffers.push(Buffer {
-                    name: format!("r{r}{name}"),
+                    name: format!("r{r}{name}").into(),
                     bytes: 4 * words.len() as u32,
                     align: 16,
                     kind: MemKind::Descriptor,
@@ -659,7 +659,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
                 });
                 debug_assert_eq!(*tile as usize, t);
                 let kernel = if scatter { add_blocks } else { add };
-                p.steps.push(Step::RunAll(kernel, format!("r{r}{name}"), *issues));
+                p.steps.push(Step::RunAll(kernel, format!("r{r}{name}").into(), *issues));
             }
         }
     }
@@ -674,7 +674,7 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
             Kernel::AddF16 => "residual",
             _ => "convert",
         };
-        p.launch(phase.into(), kernel, name, words, issues);
+        p.launch(phase, kernel, name, words, issues);
     }
     let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };

@@ -47,7 +47,7 @@ pub enum MemKind {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Buffer {
     /// Symbol name (unique on the tile).
-    pub name: String,
+    pub name: Sym,
     /// Size in bytes.
     pub bytes: u32,
     /// Alignment.
@@ -83,13 +83,18 @@ impl Live {
     }
 }
 
+/// A buffer or phase name. Names are short (`t3`, `g2_d17`, `D+4096`) and a 1472-tile plan holds
+/// millions of them (every address word of every descriptor): an inline string up to 23 bytes
+/// takes no allocation, where a `String` took one each — most of a large plan's planning time.
+pub type Sym = smol_str::SmolStr;
+
 /// A 32-bit word whose value may be an address.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Word {
     /// A constant.
     Const(u32),
     /// Address of a buffer plus an offset.
-    Sym(String, u32),
+    Sym(Sym, u32),
 }
 
 /// Worker kernels (code in `ipu-runtime-tile`).
@@ -168,10 +173,10 @@ pub enum Kernel {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Load the AMP weight store from a buffer.
-    LoadWeights(String, u32),
+    LoadWeights(Sym, u32),
     /// Start six workers on a kernel with a descriptor table and wait for them; the slowest
     /// worker issues this many instructions (the cost model's input).
-    RunAll(Kernel, String, u64),
+    RunAll(Kernel, Sym, u64),
     /// An internal sync (every tile has the same number).
     Sync,
     /// Timed exchange code, then an internal sync.
@@ -179,7 +184,7 @@ pub enum Step {
     /// Write a supervisor CSR (FP8 formats and scale of the AMP).
     SetCsr(u32, u32),
     /// The following steps belong to this phase (an op or part of it); no code.
-    Phase(String),
+    Phase(Sym),
     /// Store the cycle counter as profile stamp `n` (only in profiled plans, `profile.rs`).
     Stamp(u32),
 }
@@ -196,13 +201,21 @@ pub struct TilePlan {
 impl TilePlan {
     /// Run `kernel` on the six workers in op `phase`, its descriptor table `words` held in a new
     /// buffer `name`; `issues` is the slowest worker's.
-    pub fn launch(&mut self, phase: String, kernel: Kernel, name: String, words: Vec<Word>, issues: u64) {
-        self.steps.push(Step::Phase(phase));
+    pub fn launch(
+        &mut self,
+        phase: impl Into<Sym>,
+        kernel: Kernel,
+        name: impl Into<Sym>,
+        words: Vec<Word>,
+        issues: u64,
+    ) {
+        self.steps.push(Step::Phase(phase.into()));
         self.run(kernel, name, words, issues);
     }
 
     /// [`TilePlan::launch`] within the phase already open (a further kernel of the same op).
-    pub fn run(&mut self, kernel: Kernel, name: String, words: Vec<Word>, issues: u64) {
+    pub fn run(&mut self, kernel: Kernel, name: impl Into<Sym>, words: Vec<Word>, issues: u64) {
+        let name = name.into();
         self.buffers.push(Buffer {
             name: name.clone(),
             bytes: 4 * words.len() as u32,
@@ -410,7 +423,7 @@ impl PlanOptions {
 }
 
 /// Name of the phase of op `i` in profiles: its kind and the tensor it defines (`matmul S`).
-pub fn op_phase(graph: &Graph, i: usize) -> String {
+pub fn op_phase(graph: &Graph, i: usize) -> Sym {
     let op = &graph.ops[i];
     let kind = match op.kind {
         OpKind::MatMul { .. } => "matmul",
@@ -424,7 +437,7 @@ pub fn op_phase(graph: &Graph, i: usize) -> String {
         OpKind::Slice { .. } => "slice",
         OpKind::Transpose { .. } => "transpose",
     };
-    alloc::format!("{kind} {}", graph.tensor(op.output).name)
+    smol_str::format_smolstr!("{kind} {}", graph.tensor(op.output).name)
 }
 
 /// Plan a graph with the one graph planner (`stages.rs`, docs/graph-planner.md): the graph is a
@@ -568,7 +581,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
     let mut words = Vec::with_capacity(total);
     // Old name → byte offset in `D`: looked up once per launch and per symbolic word, so a map
     // (a tile can have thousands of launches).
-    let mut base: BTreeMap<String, u32> = BTreeMap::new();
+    let mut base: BTreeMap<Sym, u32> = BTreeMap::new();
     tile.buffers.retain_mut(|b| {
         if b.kind != MemKind::Descriptor || b.init.is_empty() {
             return true;
@@ -586,7 +599,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
     for step in tile.steps.iter_mut() {
         if let Step::RunAll(_, desc, _) = step {
             if let Some(off) = base.get(desc.as_str()) {
-                *desc = alloc::format!("D+{off}");
+                *desc = alloc::format!("D+{off}").into();
             }
         }
     }
@@ -770,7 +783,7 @@ fn plan_matmul(
                 if let Step::Phase(p) = step {
                     *p = match p.as_str() {
                         "reduce" | "scale" | "convert" => {
-                            alloc::format!("{p} {}", graph.tensor(op.output).name)
+                            smol_str::format_smolstr!("{p} {}", graph.tensor(op.output).name)
                         }
                         "bias" => op_phase(graph, 1),
                         "residual" => {

@@ -347,8 +347,8 @@ fn copy_launch(ms: &[&Move], tag: &str) -> (Vec<Buffer>, u64) {
         while done < m.words {
             let n = (m.words - done).min(COPY_MAX_WORDS);
             let entry = alloc::vec![
-                Word::Sym(String::from(&*m.src), m.src_off + 4 * done),
-                Word::Sym(String::from(&*m.dst), m.dst_off + 4 * done),
+                Word::Sym(String::from(&*m.src).into(), m.src_off + 4 * done),
+                Word::Sym(String::from(&*m.dst).into(), m.dst_off + 4 * done),
             ];
             segs.push((n, entry));
             done += n;
@@ -413,7 +413,7 @@ pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
     for (tile, (buffers, issues)) in s.copies {
         let p = &mut tiles[tile as usize];
         p.buffers.extend(buffers);
-        p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd"), issues));
+        p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd").into(), issues));
     }
 }
 

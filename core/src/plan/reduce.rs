@@ -355,7 +355,7 @@ mod tests {
                 // Symbolic memory: which sum each location holds, by (buffer, offset).
                 let mut mem: alloc::collections::BTreeMap<(String, u32), String> = Default::default();
                 let key = |w: &Word| match w {
-                    Word::Sym(b, o) => (b.clone(), *o),
+                    Word::Sym(b, o) => (String::from(b.as_str()), *o),
                     _ => unreachable!(),
                 };
                 for t in round.transfers.iter().filter(|t| t.receiver == l as u16) {

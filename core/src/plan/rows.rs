@@ -137,12 +137,12 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
             }
         }
         if shared {
-            p.launch(super::op_phase(g, op), Kernel::LayerNormSum, "dln".into(), words, issues[0]);
+            p.launch(super::op_phase(g, op), Kernel::LayerNormSum, "dln", words, issues[0]);
             p.steps.push(Step::RunAll(Kernel::LayerNormVar, "dln".into(), issues[1]));
             p.steps.push(Step::RunAll(Kernel::LayerNormApply, "dln".into(), issues[2]));
             continue;
         }
-        p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln".into(), words, issues[0]);
+        p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln", words, issues[0]);
     }
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let mut bindings = vec![bind(input, Direction::Input, xs), bind(g.ops[op].output, Direction::Output, ys)];

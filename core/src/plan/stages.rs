@@ -20,7 +20,8 @@ use super::exchange::Event;
 use super::liveness;
 use super::redistribute::{self, Move, View, ViewStep};
 use super::{
-    chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
+    chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, Sym, TilePlan,
+    Word,
 };
 use crate::graph::{Graph, OpKind, TensorId};
 
@@ -437,7 +438,7 @@ fn unsupported(op: usize, why: String) -> (PlanError, bool) {
 /// Prefix every buffer name of a stage's plan (buffers, descriptor words, steps, exchange events,
 /// bindings) so that stages never share a symbol.
 fn rename(p: &mut Plan, tag: &str) {
-    let re = |s: &mut String| *s = format!("{tag}{s}");
+    let re = |s: &mut Sym| *s = smol_str::format_smolstr!("{tag}{s}");
     for t in p.tiles.iter_mut() {
         for b in t.buffers.iter_mut() {
             re(&mut b.name);
@@ -463,7 +464,7 @@ fn rename(p: &mut Plan, tag: &str) {
     }
     for b in p.bindings.iter_mut() {
         for s in b.slices.iter_mut() {
-            re(&mut s.buffer);
+            s.buffer = format!("{tag}{}", s.buffer);
         }
     }
 }

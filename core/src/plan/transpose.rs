@@ -83,8 +83,8 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             for k in 0..WORKERS as u64 {
                 let (w0, w1) = split(w, WORKERS as u64, k);
                 words.extend([
-                    Word::Sym(xb.clone(), (w0 * 2) as u32),
-                    Word::Sym(yb.clone(), (w0 * ys) as u32),
+                    Word::Sym(xb.clone().into(), (w0 * 2) as u32),
+                    Word::Sym(yb.clone().into(), (w0 * ys) as u32),
                     Word::Const((w1 - w0) as u32),
                     Word::Const(rows as u32),
                     Word::Const(xs as u32),
