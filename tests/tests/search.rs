@@ -198,3 +198,34 @@ fn candidate_figures_and_exchange_bound_agree_with_the_full_plan() {
     }
     assert!(bounded >= 8, "only {bounded} candidates had a bound");
 }
+
+/// The grid search costs candidates without validating their reduction exchanges word by word
+/// (`matmul::plan_for_cost`): it must give every screened grid the cycles the checked plan gives,
+/// K-split grids (reduce-scatter and tree reductions) included.
+#[test]
+fn grid_candidates_cost_what_the_checked_plan_costs() {
+    use ipu_core::plan::{matmul, search};
+    let shapes = [
+        (example(), 1472),
+        (example().replace("[200, 100]", "[64, 1024]").replace("[100, 72]", "[1024, 64]"), 256),
+    ];
+    let mut split = 0;
+    for (src, tiles) in shapes {
+        let g = ipu_host::model::parse("m.toml", &src).unwrap();
+        let mm = ipu_host::search::searchable(&g).unwrap();
+        for (grid, _, _) in search::screen(&mm, tiles).into_iter().take(40) {
+            let checked = matmul::plan(&mm, grid, tiles);
+            let costed = search::evaluate(&mm, grid, tiles);
+            match (checked, costed) {
+                (Ok(p), Ok((c, q))) => {
+                    assert_eq!((p.cost, p.exchange_bytes), (q.cost, q.exchange_bytes), "{grid:?}");
+                    assert_eq!(c, p.cost.cycles);
+                    split += usize::from(grid.tk > 1);
+                }
+                (Err(a), Err(b)) => assert_eq!(a, b, "{grid:?}"),
+                (a, b) => panic!("{grid:?}: checked {:?} vs costed {:?}", a.err(), b.err()),
+            }
+        }
+    }
+    assert!(split >= 10, "only {split} K-split grids compared");
+}

@@ -650,11 +650,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         .collect();
     let mut exchange_bytes = 0u64;
     if groups.iter().any(|(t, p)| t.len() > 1 && !p.is_empty()) {
-        let (sched, _) = if opts.costing {
+        let sched = if opts.costing {
             exchange::all_gather_unchecked(&groups)
         } else {
             exchange::all_gather(&groups)
                 .map_err(|e| PlanError::Unsupported(side_casts[0], format!("{e}")))?
+                .0
         };
         exchange_bytes = groups.iter().flat_map(|(_, p)| p).map(|p| 4 * p.words as u64).sum();
         horizons.push(sched.horizon);

@@ -135,6 +135,14 @@ pub(super) const EXPECT_CYCLES: u64 = 2;
 /// Schedule transfers greedily in the given order: each sender streams its transfers back to
 /// back, each receiver takes one transfer at a time with a one-cycle gap to move its pointer.
 pub fn schedule(transfers: &[Transfer]) -> Result<Schedule, ScheduleError> {
+    let s = schedule_unchecked(transfers)?;
+    validate(transfers, &s)?;
+    Ok(s)
+}
+
+/// [`schedule`] without the word-by-word validation: for costing search candidates, whose
+/// chosen plan is planned again with it.
+pub fn schedule_unchecked(transfers: &[Transfer]) -> Result<Schedule, ScheduleError> {
     let mut send_free: BTreeMap<u16, u64> = BTreeMap::new();
     let mut recv_free: BTreeMap<u16, u64> = BTreeMap::new();
     let mut s = Schedule::default();
@@ -181,7 +189,6 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Schedule, ScheduleError> {
             s.horizon = s.horizon.max(until);
         }
     }
-    validate(transfers, &s)?;
     Ok(s)
 }
 
@@ -206,14 +213,18 @@ pub struct Piece {
 /// supervisor sets pointer and mux for each incoming piece, sends its own piece in between, and
 /// each start is chosen so that those instructions fit (a tile's events never overlap in time).
 pub fn all_gather(groups: &[(Vec<u16>, Vec<Piece>)]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
-    let (s, transfers) = all_gather_unchecked(groups);
+    let (s, transfers) = gather(groups, true);
     validate(&transfers, &s)?;
     Ok((s, transfers))
 }
 
-/// [`all_gather`] without the word-by-word validation: for costing search candidates, whose
-/// chosen plan is planned again with the validation.
-pub fn all_gather_unchecked(groups: &[(Vec<u16>, Vec<Piece>)]) -> (Schedule, Vec<Transfer>) {
+/// [`all_gather`]'s schedule without the word-by-word validation (and without the transfers it
+/// checks): for costing search candidates, whose chosen plan is planned again with it.
+pub fn all_gather_unchecked(groups: &[(Vec<u16>, Vec<Piece>)]) -> Schedule {
+    gather(groups, false).0
+}
+
+fn gather(groups: &[(Vec<u16>, Vec<Piece>)], with_transfers: bool) -> (Schedule, Vec<Transfer>) {
     let mut s = Schedule::default();
     let mut transfers = Vec::new();
     for (tiles, pieces) in groups {
@@ -236,35 +247,35 @@ pub fn all_gather_unchecked(groups: &[(Vec<u16>, Vec<Piece>)]) -> (Schedule, Vec
                 start = start.max(ready.saturating_sub(lat));
             }
             let w = p.words as u64;
+            // One shared name for every event of the piece.
+            let name: Name = p.buffer.as_str().into();
             send_end = start + w;
             busy.insert(p.sender, start + w);
             s.events.entry(p.sender).or_default().push(Event::Send {
                 at: start,
-                buffer: p.buffer.as_str().into(),
+                buffer: name.clone(),
                 offset: p.offset,
                 words: p.words,
             });
             for &r in &rx {
                 let arrive = start + latency(p.sender, r) as u64;
                 let ev = s.events.entry(r).or_default();
-                ev.push(Event::Pointer {
-                    at: arrive - 1,
-                    buffer: p.buffer.as_str().into(),
-                    offset: p.offset,
-                });
+                ev.push(Event::Pointer { at: arrive - 1, buffer: name.clone(), offset: p.offset });
                 ev.push(Event::Mux { at: arrive, source: p.sender });
                 busy.insert(r, arrive + 1);
                 landed.insert(r, arrive + w);
                 *expected.entry(r).or_insert(0) += p.words;
-                transfers.push(Transfer {
-                    sender: p.sender,
-                    receiver: r,
-                    src: p.buffer.as_str().into(),
-                    src_off: p.offset,
-                    dst: p.buffer.as_str().into(),
-                    dst_off: p.offset,
-                    words: p.words,
-                });
+                if with_transfers {
+                    transfers.push(Transfer {
+                        sender: p.sender,
+                        receiver: r,
+                        src: name.clone(),
+                        src_off: p.offset,
+                        dst: name.clone(),
+                        dst_off: p.offset,
+                        words: p.words,
+                    });
+                }
             }
         }
         for &t in tiles {

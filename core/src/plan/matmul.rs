@@ -425,6 +425,16 @@ pub fn tile_order(mm: &MatMul, grid: Grid, tiles: usize) -> Vec<u16> {
 
 /// Plan the matmul on `grid` over a target of `tiles` tiles.
 pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
+    plan_checked(mm, grid, tiles, true)
+}
+
+/// [`plan`] for costing a search candidate: the reduction's exchange schedules are not
+/// validated word by word (the plan that is built is planned again with the validation).
+pub fn plan_for_cost(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
+    plan_checked(mm, grid, tiles, false)
+}
+
+fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Plan, PlanError> {
     let used = (grid.tm * grid.tn * grid.tk) as usize;
     if used > tiles {
         return Err(PlanError::Unsupported(0, format!("grid needs {used} tiles, target has {tiles}")));
@@ -636,10 +646,11 @@ pub fn plan(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, PlanError> {
     let scales = scales;
     for (r, round) in rounds.iter().enumerate() {
         // A reduce-scatter's tiles send and receive in the same exchange, in rounds (`reduce.rs`).
-        let sched = if scatter {
-            reduce::scatter_schedule(&groups, &round.transfers)
-        } else {
-            exchange::schedule(&round.transfers)
+        let sched = match (scatter, check) {
+            (true, true) => reduce::scatter_schedule(&groups, &round.transfers),
+            (true, false) => Ok(reduce::scatter_schedule_unchecked(&groups, &round.transfers)),
+            (false, true) => exchange::schedule(&round.transfers),
+            (false, false) => exchange::schedule_unchecked(&round.transfers),
         }
         .map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
         horizons.push(sched.horizon);

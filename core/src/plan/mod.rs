@@ -771,7 +771,12 @@ fn plan_matmul(
                     matmul::no_fit(&mm, opts.tiles, [name(a), name(b), name(op.output)])
                 })?,
             };
-            let mut plan = matmul::plan(&mm, grid, opts.tiles).map_err(|e| match e {
+            let planned = if opts.costing {
+                matmul::plan_for_cost(&mm, grid, opts.tiles)
+            } else {
+                matmul::plan(&mm, grid, opts.tiles)
+            };
+            let mut plan = planned.map_err(|e| match e {
                 PlanError::Memory { tile, buffer, over } => {
                     PlanError::Memory { tile, buffer: buffer_tensor(graph, &buffer).unwrap_or(buffer), over }
                 }

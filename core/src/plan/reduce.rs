@@ -220,7 +220,7 @@ pub(super) fn scatter_schedule(
     Ok(s)
 }
 
-fn scatter_schedule_unchecked(groups: &[Vec<u16>], transfers: &[Transfer]) -> Schedule {
+pub(super) fn scatter_schedule_unchecked(groups: &[Vec<u16>], transfers: &[Transfer]) -> Schedule {
     let mut by_pair: alloc::collections::BTreeMap<(u16, u16), Vec<&Transfer>> = Default::default();
     for t in transfers {
         by_pair.entry((t.sender, t.receiver)).or_default().push(t);
