@@ -232,13 +232,19 @@ impl Tile {
             }
             let owned = self.owned_slots();
             if owned == 0 && self.sup_state == SupState::Running {
-                // Supervisor alone: it issues at its next cycle, no barrel arbitration needed.
-                let t = self.sup_next.max(self.floor);
-                if t > limit {
-                    return Ok(Stop::Limit);
+                // Supervisor alone: it issues at its next cycle, no barrel arbitration needed;
+                // stay in this loop while nothing but its own steps can change that.
+                loop {
+                    let t = self.sup_next.max(self.floor);
+                    if t > limit {
+                        return Ok(Stop::Limit);
+                    }
+                    self.step_sup(mem, bus, t)?;
+                    self.floor = t + 1;
+                    if self.owned != 0 || self.sup_state != SupState::Running {
+                        break;
+                    }
                 }
-                self.step_sup(mem, bus, t)?;
-                self.floor = t + 1;
                 continue;
             }
             let mut best: Option<(u64, Option<usize>)> = self.sup_issue_cycle(owned).map(|t| (t, None));
@@ -262,6 +268,7 @@ impl Tile {
         }
     }
 
+    #[inline(always)]
     fn step_sup(&mut self, mem: &mut [u8], bus: &mut dyn TileBus, t: u64) -> Result<(), Fault> {
         let pc = self.sup.pc;
         let id = self.shared.id;
