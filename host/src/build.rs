@@ -88,7 +88,16 @@ pub enum BuildError {
 /// so the message names the stage's first op (`plan::stage_op`), as the planner's refusals do.
 /// The planner checks each tile's peak of live bytes; the linker must also find one free range
 /// for each buffer, which can fail when the tile's free space is split.
-fn link_error_message(file: &str, src: &str, g: &ipu_core::graph::Graph, err: &LinkError) -> String {
+fn link_error_message(
+    file: &str,
+    src: &str,
+    g: &ipu_core::graph::Graph,
+    plan: &plan::Plan,
+    err: &LinkError,
+) -> String {
+    if let LinkError::CodeTooLarge(t, bytes) = err {
+        return format!("{file}: {err}{}", code_by_phase(plan, *t, *bytes));
+    }
     let LinkError::NoSpace { buffer, .. } = err else { return err.to_string() };
     match plan::stage_op(g, buffer) {
         Some((i, _)) => format!(
@@ -98,6 +107,28 @@ fn link_error_message(file: &str, src: &str, g: &ipu_core::graph::Graph, err: &L
         ),
         None => format!("{file}: {err}"),
     }
+}
+
+/// The phases that take most of a tile's code (bytes shared out by their lines of code; the
+/// supervisor code is straight-line, one sequence per kernel launch and exchange event).
+fn code_by_phase(plan: &plan::Plan, tile: u16, bytes: u32) -> String {
+    let Some(t) = plan.tiles.get(tile as usize) else { return String::new() };
+    let mut parts = ipu_runtime_tile::runtime::phase_code_lines(t);
+    let total: usize = parts.iter().map(|p| p.1).sum();
+    if total == 0 {
+        return String::new();
+    }
+    parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let list: Vec<String> = parts
+        .iter()
+        .take(4)
+        .map(|(p, n)| format!("`{p}` ≈ {} bytes", *n as u64 * bytes as u64 / total as u64))
+        .collect();
+    format!(
+        "; the largest parts: {} (supervisor code is one straight sequence per kernel launch and \
+         exchange event of the tile: fewer launches or exchange pieces on it make it smaller)",
+        list.join(", ")
+    )
 }
 
 /// Where op `i` is, as the parser's errors say it: `file:line: op i (kind)`.
@@ -299,7 +330,7 @@ pub fn build_model(
                 })
                 .collect())
         })
-        .map_err(|e| BuildError::Plan(link_error_message(file, src, &graph, &e)))?;
+        .map_err(|e| BuildError::Plan(link_error_message(file, src, &graph, &plan, &e)))?;
     let code_max = linked.iter().map(|l| l.memory.code).max().unwrap_or(0);
     info!(
         host_code_base = format!("{:#x}", ipu_core::target::HOST_AREA_BASE),

@@ -3,6 +3,7 @@
 
 use alloc::collections::BTreeSet;
 use alloc::string::String;
+use alloc::vec::Vec;
 use core::fmt::Write;
 use ipu_core::plan::exchange::Event;
 use ipu_core::plan::{Step, TilePlan};
@@ -88,6 +89,52 @@ fn stamp(s: &mut String, n: u32) {
     let _ = write!(s, "    get $m8, {}\n    st32 $m8, $m9, $m15, {}\n", csr::COUNT_L, 4 * (n % per));
 }
 
+/// The supervisor code of one step (straight-line: no loops over launches or exchange events).
+fn step_code(s: &mut String, step: &Step) {
+    match step {
+        Step::LoadWeights(buf, off) => {
+            let _ = write!(s, "    setzi $m1, {buf}+{off}\n    ldcwei $m1\n");
+        }
+        Step::RunAll(k, desc, _) => {
+            let _ = write!(
+                s,
+                "    setzi $m0, {}\n    setzi $m1, {desc}\n    runall $m0, $m1\n    sync 2\n",
+                crate::kernels::label(*k)
+            );
+        }
+        Step::Sync => s.push_str("    sync 3\n"),
+        Step::SetCsr(c, v) => {
+            let _ = write!(s, "    setzi $m1, {v}\n    put {c:#x}, $m1\n");
+        }
+        Step::Exchange(events) => exchange(s, events),
+        Step::Phase(_) => {}
+        Step::Stamp(n) => stamp(s, *n),
+    }
+}
+
+/// Lines of supervisor code each phase of a tile's steps takes (phases in order of first
+/// appearance, a phase's steps added up wherever they are): what to name when a tile's code does
+/// not fit the executable region.
+pub fn phase_code_lines(plan: &TilePlan) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    let mut phase = String::from("runtime");
+    let mut s = String::new();
+    for step in &plan.steps {
+        if let Step::Phase(p) = step {
+            phase = String::from(p.as_str());
+            continue;
+        }
+        s.clear();
+        step_code(&mut s, step);
+        let lines = s.lines().count();
+        match out.iter_mut().find(|(p, _)| *p == phase) {
+            Some((_, n)) => *n += lines,
+            None => out.push((phase.clone(), lines)),
+        }
+    }
+    out
+}
+
 /// The complete code text of one tile (symbols of its buffers are defined by the linker).
 pub fn tile_code(plan: &TilePlan) -> String {
     let mut s = String::new();
@@ -103,30 +150,48 @@ pub fn tile_code(plan: &TilePlan) -> String {
     );
     let mut kernels = BTreeSet::new();
     for step in &plan.steps {
-        match step {
-            Step::LoadWeights(buf, off) => {
-                let _ = write!(s, "    setzi $m1, {buf}+{off}\n    ldcwei $m1\n");
-            }
-            Step::RunAll(k, desc, _) => {
-                kernels.insert(*k);
-                let _ = write!(
-                    s,
-                    "    setzi $m0, {}\n    setzi $m1, {desc}\n    runall $m0, $m1\n    sync 2\n",
-                    crate::kernels::label(*k)
-                );
-            }
-            Step::Sync => s.push_str("    sync 3\n"),
-            Step::SetCsr(c, v) => {
-                let _ = write!(s, "    setzi $m1, {v}\n    put {c:#x}, $m1\n");
-            }
-            Step::Exchange(events) => exchange(&mut s, events),
-            Step::Phase(_) => {}
-            Step::Stamp(n) => stamp(&mut s, *n),
+        if let Step::RunAll(k, ..) = step {
+            kernels.insert(*k);
         }
+        step_code(&mut s, step);
     }
     s.push_str("    br $m10\n");
     for k in kernels {
         s.push_str(&crate::kernels::text(k));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipu_core::plan::Kernel;
+
+    /// A phase's lines are its steps' lines wherever they are; steps before any phase are the
+    /// runtime's; the phases' lines add up to the steps' part of the tile's code.
+    #[test]
+    fn phase_code_lines_add_up_per_phase() {
+        let run = |d: &str| Step::RunAll(Kernel::AmpF16, d.into(), 10);
+        let plan = TilePlan {
+            buffers: Vec::new(),
+            steps: alloc::vec![
+                Step::Sync,
+                Step::Phase("matmul S".into()),
+                Step::LoadWeights("B".into(), 0),
+                run("d0"),
+                Step::Phase("softmax P".into()),
+                run("d1"),
+                Step::Phase("matmul S".into()),
+                run("d2"),
+            ],
+        };
+        let parts = phase_code_lines(&plan);
+        assert_eq!(
+            parts,
+            alloc::vec![("runtime".into(), 1), ("matmul S".into(), 2 + 4 + 4), ("softmax P".into(), 4)]
+        );
+        let code = tile_code(&plan);
+        let body = code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap();
+        assert_eq!(body.lines().count(), parts.iter().map(|p| p.1).sum::<usize>());
+    }
 }
