@@ -94,13 +94,7 @@ fn cvt(quads: u32, blocks: u32, check: bool) -> u64 {
         }
         write_u32s(&mut dev, prog.sym("desc") + 16 * w, &[base, quads, 2048, blocks]);
     }
-    let r = dev.run_to_host_sync().expect("runs");
-    if check {
-        for (at, halves) in expected {
-            assert_eq!(read_u16s(&mut dev, 0, at, halves.len()), halves, "block at {at:#x}");
-        }
-    }
-    r.cycle
+    run_checking_halves(&mut dev, &expected, check)
 }
 
 #[test]

@@ -42,16 +42,9 @@ fn scale(seg: [(u32, u32); 2], check: bool) -> u64 {
             }
         }
         let desc = [base, seg[0].0, alpha.to_bits(), 256, seg[0].1, base + 0x1000, seg[1].0, seg[1].1];
-        let bytes: Vec<u8> = desc.iter().flat_map(|v| v.to_le_bytes()).collect();
-        dev.write_memory(0, prog.sym("desc") + 32 * w, &bytes).unwrap();
+        write_u32s(&mut dev, prog.sym("desc") + 32 * w, &desc);
     }
-    let r = dev.run_to_host_sync().expect("runs");
-    if check {
-        for (a, y) in expected {
-            assert_eq!(read_u16s(&mut dev, 0, a, y.len()), y, "block at {a:#x}");
-        }
-    }
-    r.cycle
+    run_checking_halves(&mut dev, &expected, check)
 }
 
 #[test]

@@ -16,7 +16,7 @@ use super::casts::{cast_desc, own_units};
 use super::cost::{self, chain_issues};
 use super::exchange::{self, Piece};
 use super::{
-    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, PlanOptions, SliceRef, Step, TilePlan, Word,
+    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, PlanOptions, SliceRef, Step, Sym, TilePlan, Word,
 };
 use crate::graph::{matmul_shape, Graph, OpKind, TensorId};
 use crate::target::{csr, WORKERS};
@@ -291,7 +291,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let mut gather_at: Vec<usize> = Vec::new();
     let mut eliminated_clears = 0u64;
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
-    let name = |t: TensorId| format!("t{}", t.0);
+    let name = |t: TensorId| -> Sym { smol_str::format_smolstr!("t{}", t.0) };
     for b in 0..nbatch {
         for i in 0..used_per_batch {
             let tile = (b * used_per_batch + i) as usize;
@@ -299,18 +299,6 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let rows = m1 - m0;
             let wr: Vec<(u64, u64)> = (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect();
             let p = &mut plans[tile];
-            let run = |p: &mut TilePlan, k: Kernel, desc: String, words: Vec<Word>, n: u64| {
-                let bytes = 4 * words.len() as u32;
-                p.buffers.push(Buffer {
-                    name: desc.clone().into(),
-                    bytes,
-                    align: 16,
-                    kind: MemKind::Descriptor,
-                    init: words,
-                    live: super::Live::ALWAYS,
-                });
-                p.steps.push(Step::RunAll(k, desc.into(), n));
-            };
             // Row tensor buffers and bindings of inputs / outputs.
             for &t in &rows_t {
                 let c = cols(t);
@@ -320,7 +308,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         let sl = (0..cb)
                             .map(|k| SliceRef {
                                 tile: tile as u16,
-                                buffer: name(t),
+                                buffer: String::from(name(t).as_str()),
                                 offset: (k * rows * be * elt) as u32,
                                 tensor_offset: ((b * m + m0) * c + k * be) * elt,
                                 rows: rows as u32,
@@ -341,7 +329,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 if w1 > w0 {
                                     sl.push(SliceRef {
                                         tile: tile as u16,
-                                        buffer: name(t),
+                                        buffer: String::from(name(t).as_str()),
                                         offset: (off + SCRATCH) as u32,
                                         tensor_offset: ((b * m + m0 + w0) * c + k * oc) * elt,
                                         rows: (w1 - w0) as u32,
@@ -357,7 +345,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                 };
                 p.buffers.push(Buffer {
-                    name: name(t).into(),
+                    name: name(t),
                     bytes: (bytes + SLACK) as u32,
                     align: 16,
                     kind: MemKind::Tensor,
@@ -480,7 +468,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     g.tensor(out),
                 );
                 let n = cost::chain_issues(Kernel::CastF16ToF8, pairs.div_ceil(WORKERS as u64));
-                run(p, Kernel::CastF16ToF8, format!("d{}", p.steps.len()), words, n);
+                p.run(Kernel::CastF16ToF8, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
             }
             if opts.side_cast == SideCast::BeforeExchange {
                 gather_at.push(p.steps.len());
@@ -513,7 +501,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         }
                         let words = cast_desc((&name(src), 0), (&name(dst), 0), units, unit, si, so, fmt_of);
                         let n = chain_issues(k, units.div_ceil(WORKERS as u64));
-                        run(p, k, format!("d{}", p.steps.len()), words, n);
+                        p.run(k, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                     }
                     OpKind::MatMul { b: bt, accumulate, alpha, .. } => {
                         if alpha.is_some() && accumulate != DType::F16 {
@@ -549,13 +537,13 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 let mut off = nbl * blk;
                                 for (w0, w1) in &wr {
                                     let out = (off + SCRATCH) as u32;
-                                    words.push(Word::Sym(name(src).into(), ((kbl * rows + w0) * ROW) as u32));
+                                    words.push(Word::Sym(name(src), ((kbl * rows + w0) * ROW) as u32));
                                     words.push(if kbl == 0 {
                                         Word::Sym("Z".into(), 0)
                                     } else {
-                                        Word::Sym(name(dst).into(), out)
+                                        Word::Sym(name(dst), out)
                                     });
-                                    words.push(Word::Sym(name(dst).into(), out - SCRATCH as u32));
+                                    words.push(Word::Sym(name(dst), out - SCRATCH as u32));
                                     words.push(Word::Const((w1 - w0 + 1) as u32));
                                     off += SCRATCH + (w1 - w0) * ROW;
                                 }
@@ -564,14 +552,19 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                     ((kbl * nb + nbl) * wbytes) as u32,
                                 ));
                                 let n = cost::kernel_issues(amp, (wr[0].1 - wr[0].0 + 1) as u32);
-                                run(p, amp, format!("d{}", p.steps.len()), words, n);
+                                p.run(amp, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                             }
                         }
                         if let Some(alpha) = alpha {
                             let ranges: Vec<(u64, u64)> =
                                 super::reduce::pieces(&wr).iter().map(|p| (p.at, p.rows)).collect();
                             let (words, slowest) = scale_descriptor(&ranges, nb, blk, alpha, &name(dst));
-                            run(p, Kernel::ScaleF16, format!("d{}", p.steps.len()), words, slowest);
+                            p.run(
+                                Kernel::ScaleF16,
+                                smol_str::format_smolstr!("d{}", p.steps.len()),
+                                words,
+                                slowest,
+                            );
                         }
                     }
                     OpKind::Binary { .. }
@@ -597,9 +590,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         // Each worker's `e` row: the f32 exps of its current row, written by
                         // the second pass and scaled by the third.
                         let erow = softmax_e_row(n);
-                        let ebuf = format!("e{}", dst.0);
+                        let ebuf: Sym = smol_str::format_smolstr!("e{}", dst.0);
                         p.buffers.push(Buffer {
-                            name: ebuf.clone().into(),
+                            name: ebuf.clone(),
                             bytes: (WORKERS as u64 * erow) as u32,
                             align: 16,
                             kind: MemKind::Tensor,
@@ -610,9 +603,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         let mut off = 0;
                         for (w, (w0, w1)) in wr.iter().enumerate() {
                             words.extend([
-                                Word::Sym(name(src).into(), (off + SCRATCH) as u32),
+                                Word::Sym(name(src), (off + SCRATCH) as u32),
                                 Word::Const((blk - ROW) as u32),
-                                Word::Sym(name(dst).into(), (w0 * be * elt) as u32),
+                                Word::Sym(name(dst), (w0 * be * elt) as u32),
                                 Word::Const(((rows - 1) * be * elt) as u32),
                                 Word::Const((w1 - w0) as u32),
                                 // Groups of four values, the tail, groups per destination
@@ -621,16 +614,15 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Const((n / 4) as u32),
                                 Word::Const((n % 4) as u32),
                                 Word::Const((be / 4) as u32),
-                                Word::Sym(ebuf.clone().into(), (w as u64 * erow) as u32),
+                                Word::Sym(ebuf.clone(), (w as u64 * erow) as u32),
                             ]);
                             words.extend((0..7).map(|_| Word::Const(0)));
                             off += SCRATCH + (w1 - w0) * ROW;
                         }
                         let max_rows = wr[0].1 - wr[0].0;
-                        run(
-                            p,
+                        p.run(
                             Kernel::SoftmaxF16,
-                            format!("d{}", p.steps.len()),
+                            smol_str::format_smolstr!("d{}", p.steps.len()),
                             words,
                             cost::softmax_issues(max_rows, n, be),
                         );
@@ -736,8 +728,8 @@ fn gather_lower_bound(
         .iter()
         .filter_map(|&c| {
             let out = g.ops[c].output;
-            let ci = chain.iter().copied().find(|&i| side_geometry(g, i).is_some_and(|(b, ..)| b == out))?;
-            let (_, _, _, (be, oc, kb, nb, _)) = side_geometry(g, ci)?;
+            let (_, _, _, (be, oc, kb, nb, _)) =
+                chain.iter().find_map(|&i| side_geometry(g, i).filter(|(b, ..)| *b == out))?;
             Some(kb * nb * be * oc / 8)
         })
         .collect();

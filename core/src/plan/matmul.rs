@@ -14,9 +14,7 @@ pub use super::layout::split;
 use super::layout::{zero, ROW, SCRATCH, SLACK};
 pub use super::reduce::reduction_rounds;
 use super::reduce::{self, Round};
-use super::{
-    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
-};
+use super::{BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE};
 use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
@@ -573,15 +571,6 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                             words.push(Word::Const((w1 - w0 + 1) as u32));
                             off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
                         }
-                        let name = format!("d{nbl}_{kbl}");
-                        p.buffers.push(Buffer {
-                            name: name.clone().into(),
-                            bytes: 96,
-                            align: 16,
-                            kind: MemKind::Descriptor,
-                            init: words,
-                            live: super::Live::ALWAYS,
-                        });
                         p.steps.push(Step::LoadWeights(
                             "B".into(),
                             ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
@@ -590,7 +579,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                             amp,
                             wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32,
                         );
-                        p.steps.push(Step::RunAll(amp, name.into(), issues));
+                        p.run(amp, smol_str::format_smolstr!("d{nbl}_{kbl}"), words, issues);
                     }
                 }
                 // The rows this tile finishes: its share when the group reduce-scatters, all of
@@ -646,12 +635,13 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
     let scales = scales;
     for (r, round) in rounds.iter().enumerate() {
         // A reduce-scatter's tiles send and receive in the same exchange, in rounds (`reduce.rs`).
-        let sched = match (scatter, check) {
-            (true, true) => reduce::scatter_schedule(&groups, &round.transfers),
-            (true, false) => Ok(reduce::scatter_schedule_unchecked(&groups, &round.transfers)),
-            (false, true) => exchange::schedule(&round.transfers),
-            (false, false) => exchange::schedule_unchecked(&round.transfers),
+        // Validated word by word unless the plan is only costed (`plan_for_cost`).
+        let sched = if scatter {
+            Ok(reduce::scatter_schedule(&groups, &round.transfers))
+        } else {
+            exchange::schedule_unchecked(&round.transfers)
         }
+        .and_then(|s| if check { exchange::validate(&round.transfers, &s).map(|()| s) } else { Ok(s) })
         .map_err(|e| PlanError::Unsupported(0, format!("{e}")))?;
         horizons.push(sched.horizon);
         exchange_bytes += round.transfers.iter().map(|t| 4 * t.words as u64).sum::<u64>();
@@ -660,17 +650,9 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
             p.steps.push(Step::Sync);
             p.steps.push(Step::Exchange(sched.events.get(&(t as u16)).cloned().unwrap_or_default()));
             for (tile, name, words, issues) in round.adds.iter().filter(|a| a.0 as usize == t) {
-                p.buffers.push(Buffer {
-                    name: format!("r{r}{name}").into(),
-                    bytes: 4 * words.len() as u32,
-                    align: 16,
-                    kind: MemKind::Descriptor,
-                    init: words.clone(),
-                    live: super::Live::ALWAYS,
-                });
                 debug_assert_eq!(*tile as usize, t);
                 let kernel = if scatter { add_blocks } else { add };
-                p.steps.push(Step::RunAll(kernel, format!("r{r}{name}").into(), *issues));
+                p.run(kernel, smol_str::format_smolstr!("r{r}{name}"), words.clone(), *issues);
             }
         }
     }

@@ -16,7 +16,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::cost::{binary_rows_issues, kernel_issues};
-use super::exchange::{self, Event, Schedule, ScheduleError, Transfer, EXPECT_CYCLES};
+use super::exchange::{Event, Schedule, Transfer, EXPECT_CYCLES};
 use super::layout::{split, zero, ROW, SCRATCH, SLACK};
 use super::{Kernel, MemKind, TilePlan, Word};
 use crate::target::{MUX_NONE, WORKERS};
@@ -210,17 +210,9 @@ pub(super) fn reduce_scatter(
 /// after another in the sender's slot of `R`. So a tile's supervisor sets its pointer and mux once
 /// per round, before its own sends, instead of between pieces (where its own sends would keep it
 /// busy: the generic schedulers then serialise the two directions). A round starts when the
-/// previous round's last word has landed on every tile of the group. Validated word by word.
-pub(super) fn scatter_schedule(
-    groups: &[Vec<u16>],
-    transfers: &[Transfer],
-) -> Result<Schedule, ScheduleError> {
-    let s = scatter_schedule_unchecked(groups, transfers);
-    exchange::validate(transfers, &s)?;
-    Ok(s)
-}
-
-pub(super) fn scatter_schedule_unchecked(groups: &[Vec<u16>], transfers: &[Transfer]) -> Schedule {
+/// previous round's last word has landed on every tile of the group. The caller validates it
+/// word by word (`exchange::validate`; `matmul::plan`, not when it only costs a candidate).
+pub(super) fn scatter_schedule(groups: &[Vec<u16>], transfers: &[Transfer]) -> Schedule {
     let mut by_pair: alloc::collections::BTreeMap<(u16, u16), Vec<&Transfer>> = Default::default();
     for t in transfers {
         by_pair.entry((t.sender, t.receiver)).or_default().push(t);
@@ -419,7 +411,8 @@ mod schedule_tests {
             for g in &groups {
                 reduce_scatter(&mut plans, &mut round, |l| g[l as usize], (tk, 3, cblk), &all);
             }
-            let s = scatter_schedule(&groups, &round.transfers)
+            let s = scatter_schedule(&groups, &round.transfers);
+            crate::plan::exchange::validate(&round.transfers, &s)
                 .unwrap_or_else(|e| panic!("{rows} rows, tk {tk}: {e}"));
             if (rows, tk) == (146, 2) {
                 let share_words = 3 * 73 * 32 / 4;

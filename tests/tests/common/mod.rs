@@ -148,3 +148,15 @@ pub fn write_u32s(dev: &mut SimDevice, addr: u32, words: &[u32]) {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     dev.write_memory(0, addr, &bytes).unwrap();
 }
+
+/// Run a loaded kernel harness to its host sync and return the cycle; when `check`, every
+/// `(address, halves)` of tile 0 must read back as given.
+pub fn run_checking_halves(dev: &mut SimDevice, expected: &[(u32, Vec<u16>)], check: bool) -> u64 {
+    let r = dev.run_to_host_sync().expect("runs");
+    if check {
+        for (at, halves) in expected {
+            assert_eq!(&read_u16s(dev, 0, *at, halves.len()), halves, "block at {at:#x}");
+        }
+    }
+    r.cycle
+}
