@@ -48,7 +48,7 @@ impl Fp8Format {
 }
 
 /// `2^e` as f32 for `e` in the normal range.
-fn pow2(e: i32) -> f32 {
+pub fn pow2(e: i32) -> f32 {
     debug_assert!((-126..=127).contains(&e));
     f32::from_bits(((e + 127) as u32) << 23)
 }

@@ -71,12 +71,26 @@ impl Cx<'_> {
             self.regs.m[r as usize] = v;
         }
     }
+    /// A pair register (`$a{r}:{r+1}`, `r` even: the encoding stores `r / 2`, isa::code). Read
+    /// and written as one 64-bit access: two 32-bit stores followed by a 64-bit load of the same
+    /// bytes cannot be forwarded by the host CPU and stall every AMP bundle that reads a pair the
+    /// bundle before it loaded.
+    #[inline(always)]
     fn pair(&self, r: u32) -> u64 {
-        self.regs.a[r as usize] as u64 | (self.regs.a[r as usize + 1] as u64) << 32
+        debug_assert!(r % 2 == 0 && r < 16);
+        let i = (r & 14) as usize;
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&self.regs.a[i].to_le_bytes());
+        b[4..].copy_from_slice(&self.regs.a[i + 1].to_le_bytes());
+        u64::from_le_bytes(b)
     }
+    #[inline(always)]
     fn set_pair(&mut self, r: u32, v: u64) {
-        self.regs.a[r as usize] = v as u32;
-        self.regs.a[r as usize + 1] = (v >> 32) as u32;
+        debug_assert!(r % 2 == 0 && r < 16);
+        let i = (r & 14) as usize;
+        let [lo, hi]: [u32; 2] = [v as u32, (v >> 32) as u32];
+        let pair: &mut [u32; 2] = (&mut self.regs.a[i..i + 2]).try_into().expect("two registers");
+        *pair = [lo, hi];
     }
     fn af(&self, r: u32) -> f32 {
         f32::from_bits(self.regs.a[r as usize])

@@ -19,14 +19,19 @@ pub fn offset(addr: u32, len: u32, align: u32) -> Result<usize, FaultKind> {
 #[inline]
 pub fn ld16(mem: &[u8], addr: u32) -> Result<u16, FaultKind> {
     let o = offset(addr, 2, 2)?;
-    Ok(u16::from_le_bytes([mem[o], mem[o + 1]]))
+    let mut b = [0u8; 2];
+    b.copy_from_slice(&mem[o..o + 2]);
+    Ok(u16::from_le_bytes(b))
 }
 
 /// Load 32 bits.
 #[inline]
 pub fn ld32(mem: &[u8], addr: u32) -> Result<u32, FaultKind> {
+    // One bounds check and one host load (four indexed bytes would be four of each).
     let o = offset(addr, 4, 4)?;
-    Ok(u32::from_le_bytes([mem[o], mem[o + 1], mem[o + 2], mem[o + 3]]))
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&mem[o..o + 4]);
+    Ok(u32::from_le_bytes(b))
 }
 
 /// Store 32 bits.

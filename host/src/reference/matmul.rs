@@ -1,10 +1,14 @@
 //! The device-precision matmul (docs/target.md §4.4): the AMP's summation order and rounding
 //! points are fixed per output element, so the work can be blocked and vectorised across output
-//! columns without changing a bit. [`matmul_device`] does that — rows in parallel blocks of four,
-//! columns in chunks of 256 whose inner loops the compiler vectorises, operands decoded once into
-//! zero-padded f32 — and [`matmul_device_scalar`] is the element-by-element specification it is
+//! columns without changing a bit. [`matmul_device`] does that — operands decoded once into
+//! zero-padded f32, 4 rows × 8 columns summed in registers (`amp_order`), row blocks in
+//! parallel — and [`matmul_device_scalar`] is the element-by-element specification it is
 //! tested against (`tests/tests/reference_speed.rs`).
 
+// Kernels index rows, lanes and phases by number: the numbers are the layout.
+#![allow(clippy::needless_range_loop)]
+
+use super::amp_order::{Kernel, LANES, ROWS};
 use super::{fmt, is_fp8, round, HostTensor};
 use half::f16;
 use ipu_core::plan::matmul::split;
@@ -144,26 +148,16 @@ pub fn round_f16(x: f32) -> f32 {
     f16bits::to_f32(f16bits::from_f32(x))
 }
 
-/// Rows of the output computed together (they share every load of B).
-const ROWS: usize = 4;
-/// Output columns per chunk (accumulators stay in L1).
-const COLS: usize = 256;
-
-/// Round a slice to the accumulation type (f16 partials round after every block of K).
-fn round_all(v: &mut [f32], acc: DType) {
-    if acc == DType::F16 {
-        v.iter_mut().for_each(|x| *x = round_f16(*x));
-    }
-}
-
 /// Batched `C = alpha · A·B` as the device computes it (bit-identical to
-/// [`matmul_device_scalar`]).
+/// [`matmul_device_scalar`]): A decoded once into zero-padded f32 rows, B into panels of
+/// [`LANES`] columns (`[panel][k][LANES]`), and each [`ROWS`] × [`LANES`] block of the output
+/// summed in registers by [`Kernel`] (`amp_order`), row blocks in parallel.
 pub fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
     let (a, b) = (p.a, p.b);
     let (ra, rb) = (a.shape.len(), b.shape.len());
     let (m, k) = if p.ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
     let n = if p.tb { b.shape[rb - 2] } else { b.shape[rb - 1] } as usize;
-    let batch: u64 = a.shape[..ra - 2].iter().product::<u64>().max(b.shape[..rb - 2].iter().product());
+    let batch = a.shape[..ra - 2].iter().product::<u64>().max(b.shape[..rb - 2].iter().product()) as usize;
     let (a_batched, b_batched) = (ra > 2, rb > 2);
     let f8 = is_fp8(a.dtype);
     let be: usize = if f8 { 32 } else { 16 };
@@ -171,9 +165,8 @@ pub fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
     let kp = kb * be;
     let (m, k) = (m as usize, k as usize);
     let decode = |t: &HostTensor, v: f32| if f8 { fp8::to_f32(v as u8, fmt(t.dtype)) } else { v };
-    // A as [batch][m][kp] and B as [batch][kp][n], zero-padded in K, decoded once.
-    let a_batches = if a_batched { batch as usize } else { 1 };
-    let b_batches = if b_batched { batch as usize } else { 1 };
+    // A as [batch][m][kp], zero-padded in K, decoded once.
+    let a_batches = if a_batched { batch } else { 1 };
     let mut af = vec![0f32; a_batches * m * kp];
     for bi in 0..a_batches {
         for i in 0..m {
@@ -183,111 +176,85 @@ pub fn matmul_device(p: &MatMulArgs<'_>) -> (Vec<f32>, Vec<u64>) {
             }
         }
     }
-    let mut bf = vec![0f32; b_batches * kp * n];
+    // B as [batch][panel][kp][LANES], zero-padded in K and in the last panel's columns.
+    let panels = n.div_ceil(LANES);
+    let b_batches = if b_batched { batch } else { 1 };
+    let mut bp = vec![0f32; b_batches * panels * kp * LANES];
     for bi in 0..b_batches {
         for kk in 0..k {
             for j in 0..n {
                 let v = if p.tb { b.data[bi * k * n + j * k + kk] } else { b.data[bi * k * n + kk * n + j] };
-                bf[(bi * kp + kk) * n + j] = decode(b, v);
+                bp[((bi * panels + j / LANES) * kp + kk) * LANES + j % LANES] = decode(b, v);
             }
         }
     }
+    // A column's pin phase repeats every `cols` columns (docs/target.md §4.4); per phase, all
+    // ones in the panel's lanes whose pin phase it is.
     let cols = if p.acc == DType::F32 { 8 } else { 16 };
-    let pin_phase: Vec<u8> = (0..n).map(|j| ((j % cols) / (cols / 4)) as u8).collect();
-    let total_rows = batch as usize * m;
-    let mut out = vec![0f32; total_rows * n];
-    out.par_chunks_mut(ROWS * n.max(1)).enumerate().for_each(|(chunk, dst)| {
-        let row0 = chunk * ROWS;
-        let rows = dst.len() / n.max(1);
-        let row_a: Vec<&[f32]> = (0..rows)
-            .map(|r| {
-                let (bi, i) = ((row0 + r) / m, (row0 + r) % m);
-                let bi = if a_batched { bi } else { 0 };
-                &af[(bi * m + i) * kp..(bi * m + i + 1) * kp]
-            })
-            .collect();
-        // Rows of one chunk may straddle two batch entries: B per row.
-        let row_b: Vec<&[f32]> = (0..rows)
-            .map(|r| {
-                let bi = if b_batched { (row0 + r) / m } else { 0 };
-                &bf[bi * kp * n..(bi + 1) * kp * n]
-            })
-            .collect();
-        for j0 in (0..n).step_by(COLS) {
-            let jn = COLS.min(n - j0);
-            let pp = &pin_phase[j0..j0 + jn];
-            let mut pieces = vec![0f32; p.tk as usize * rows * jn];
-            for l in 0..p.tk {
-                let (kb0, kb1) = split(kb as u64, p.tk, l);
-                let pin_all = &mut pieces[l as usize * rows * jn..(l as usize + 1) * rows * jn];
-                let mut acc = vec![0f32; rows * jn];
-                for blk in kb0 as usize..kb1 as usize {
-                    acc.iter_mut().for_each(|x| *x = 0.0);
-                    for ph in 0..4u8 {
-                        for r in 0..rows {
-                            let (acc_r, pin_r) =
-                                (&mut acc[r * jn..(r + 1) * jn], &pin_all[r * jn..(r + 1) * jn]);
-                            for ((x, pin), q) in acc_r.iter_mut().zip(pin_r).zip(pp) {
-                                *x = if *q == ph { *x + *pin } else { *x };
-                            }
-                            let bm = row_b[r];
-                            if f8 {
-                                let base = blk * 32 + 8 * ph as usize;
-                                let av = &row_a[r][base..base + 8];
-                                let bw: [&[f32]; 8] = core::array::from_fn(|q| {
-                                    &bm[(base + q) * n + j0..(base + q) * n + j0 + jn]
-                                });
-                                for (j, x) in acc_r.iter_mut().enumerate().take(jn) {
-                                    let pr: [f32; 8] = core::array::from_fn(|q| av[q] * bw[q][j]);
-                                    let s = ((pr[0] + pr[1]) + (pr[2] + pr[3]))
-                                        + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
-                                    *x += if p.iscl == 0 { s } else { fp8::scale_pow2(s, p.iscl) };
-                                }
-                            } else {
-                                let base = blk * 16 + 4 * ph as usize;
-                                let (a0, a1, a2, a3) = (
-                                    row_a[r][base],
-                                    row_a[r][base + 1],
-                                    row_a[r][base + 2],
-                                    row_a[r][base + 3],
-                                );
-                                let row = |q: usize| &bm[(base + q) * n + j0..(base + q) * n + j0 + jn];
-                                // Zipped so that no index is bounds-checked: the loop vectorises.
-                                for ((((x, b0), b1), b2), b3) in
-                                    acc_r.iter_mut().zip(row(0)).zip(row(1)).zip(row(2)).zip(row(3))
-                                {
-                                    *x += (a0 * b0 + a1 * b1) + (a2 * b2 + a3 * b3);
-                                }
-                            }
-                        }
-                    }
-                    // pin = round(acc): the block's result feeds the next block.
-                    round_all(&mut acc, p.acc);
-                    pin_all.copy_from_slice(&acc);
+    let masks = |panel: usize| -> [[u32; LANES]; 4] {
+        core::array::from_fn(|ph| {
+            core::array::from_fn(
+                |c| if ((panel * LANES + c) % cols) / (cols / 4) == ph { u32::MAX } else { 0 },
+            )
+        })
+    };
+    let scale = if f8 { (fp8::pow2(p.iscl / 2), fp8::pow2(p.iscl - p.iscl / 2)) } else { (1.0, 1.0) };
+    let zero_row = vec![0f32; kp];
+    let tk = p.tk as usize;
+    let mut out = vec![0f32; batch * m * n];
+    out.par_chunks_mut((m * n).max(1)).enumerate().for_each(|(bi, entry)| {
+        let a_rows = &af[if a_batched { bi } else { 0 } * m * kp..][..m * kp];
+        let b_panels = &bp[if b_batched { bi } else { 0 } * panels * kp * LANES..][..panels * kp * LANES];
+        entry.par_chunks_mut(ROWS * n.max(1)).enumerate().for_each(|(chunk, dst)| {
+            let i0 = chunk * ROWS;
+            let rows = dst.len() / n.max(1);
+            let row: [&[f32]; ROWS] = core::array::from_fn(|r| {
+                if r < rows {
+                    &a_rows[(i0 + r) * kp..(i0 + r + 1) * kp]
+                } else {
+                    &zero_row[..]
                 }
-            }
-            // K-split pieces, added in the planner's reduction tree.
-            for step in &p.rounds {
-                for (recv, senders) in step {
-                    for s in senders {
-                        for e in 0..rows * jn {
-                            let v =
-                                pieces[*recv as usize * rows * jn + e] + pieces[*s as usize * rows * jn + e];
-                            pieces[*recv as usize * rows * jn + e] = round(v, p.acc);
-                        }
-                    }
-                }
-            }
-            for r in 0..rows {
-                for j in 0..jn {
-                    let total = pieces[r * jn + j];
-                    dst[r * n + j0 + j] = match p.alpha {
-                        Some(al) => round_f16(total * al),
-                        None => total,
+            });
+            for panel in 0..panels {
+                let b_panel = &b_panels[panel * kp * LANES..(panel + 1) * kp * LANES];
+                let mut pieces = vec![[[0f32; LANES]; ROWS]; tk];
+                for (l, piece) in pieces.iter_mut().enumerate() {
+                    let (kb0, kb1) = split(kb as u64, p.tk, l as u64);
+                    let (k0, k1) = (kb0 as usize * be, kb1 as usize * be);
+                    let kernel = Kernel {
+                        a: core::array::from_fn(|r| &row[r][k0..k1]),
+                        b: &b_panel[k0 * LANES..k1 * LANES],
+                        blocks: (kb1 - kb0) as usize,
+                        masks: masks(panel),
+                        scale,
+                        round16: p.acc == DType::F16,
                     };
+                    *piece = if f8 { kernel.run::<8>() } else { kernel.run::<4>() };
+                }
+                // K-split pieces, added in the planner's reduction tree.
+                for step in &p.rounds {
+                    for (recv, senders) in step {
+                        for s in senders {
+                            for r in 0..ROWS {
+                                for c in 0..LANES {
+                                    let v = pieces[*recv as usize][r][c] + pieces[*s as usize][r][c];
+                                    pieces[*recv as usize][r][c] = round(v, p.acc);
+                                }
+                            }
+                        }
+                    }
+                }
+                for r in 0..rows {
+                    for c in 0..LANES.min(n - panel * LANES) {
+                        let total = pieces[0][r][c];
+                        dst[r * n + panel * LANES + c] = match p.alpha {
+                            Some(al) => round_f16(total * al),
+                            None => total,
+                        };
+                    }
                 }
             }
-        }
+        });
     });
     let mut shape: Vec<u64> = if a_batched { a.shape[..ra - 2].to_vec() } else { b.shape[..rb - 2].to_vec() };
     shape.extend([m as u64, n as u64]);

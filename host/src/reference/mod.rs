@@ -12,6 +12,7 @@ use ipu_core::plan::matmul::{fan_in, reduction_rounds, Grid, MatMul};
 use ipu_schema::DType;
 use rayon::prelude::*;
 
+mod amp_order;
 mod gemm64;
 mod layernorm;
 pub mod map;
@@ -534,6 +535,13 @@ fn matmul_exact(
     let al = r.alpha.unwrap_or(1.0);
     // Row blocks of one batch entry, in parallel; each computes s = A·B, mag = (|A|+δA)·(|B|+δB)
     // and, when the operands carry errors, prop = δA·(|B|+δB) + |A|·δB (gemm64: k-ordered sums).
+    // B's panels are packed once per batch entry and shared by every row block.
+    let b_entries = if l.b_batched { batch } else { 1 };
+    let pack = |x: &[f64]| -> Vec<gemm64::Panels> {
+        (0..b_entries).map(|bi| gemm64::Panels::new(&x[bi * k * n..(bi + 1) * k * n], k, n)).collect()
+    };
+    let (bv, bm) = (pack(&bv), pack(&bm));
+    let bd = if exact_operands { Vec::new() } else { pack(&bd) };
     const ROWS: usize = 16;
     let blocks: Vec<(usize, usize)> =
         (0..batch).flat_map(|bi| (0..m).step_by(ROWS).map(move |i0| (bi, i0))).collect();
@@ -542,17 +550,14 @@ fn matmul_exact(
         .flat_map_iter(|(bi, i0)| {
             let nr = ROWS.min(m - i0);
             let ab = (if l.a_batched { bi } else { 0 } * m + i0) * k;
-            let bb = if l.b_batched { bi } else { 0 } * k * n;
-            let (ar, br) = (ab..ab + nr * k, bb..bb + k * n);
-            let s =
-                gemm64::product(&gemm64::Product { a: [&av[ar.clone()]], b: [&bv[br.clone()]] }, nr, k, n);
-            let mag =
-                gemm64::product(&gemm64::Product { a: [&am[ar.clone()]], b: [&bm[br.clone()]] }, nr, k, n);
+            let bb = if l.b_batched { bi } else { 0 };
+            let ar = ab..ab + nr * k;
+            let s = gemm64::product([&av[ar.clone()]], [&bv[bb]], nr);
+            let mag = gemm64::product([&am[ar.clone()]], [&bm[bb]], nr);
             let prop = if exact_operands {
                 vec![0f64; nr * n]
             } else {
-                let p = gemm64::Product { a: [&ad[ar.clone()], &a_abs[ar]], b: [&bm[br.clone()], &bd[br]] };
-                gemm64::product(&p, nr, k, n)
+                gemm64::product([&ad[ar.clone()], &a_abs[ar]], [&bm[bb], &bd[bb]], nr)
             };
             (0..nr)
                 .map(|x| {
