@@ -77,7 +77,7 @@ impl Cx<'_> {
     /// bundle before it loaded.
     #[inline(always)]
     fn pair(&self, r: u32) -> u64 {
-        debug_assert!(r % 2 == 0 && r < 16);
+        debug_assert!(r.is_multiple_of(2) && r < 16);
         let i = (r & 14) as usize;
         let mut b = [0u8; 8];
         b[..4].copy_from_slice(&self.regs.a[i].to_le_bytes());
@@ -86,7 +86,7 @@ impl Cx<'_> {
     }
     #[inline(always)]
     fn set_pair(&mut self, r: u32, v: u64) {
-        debug_assert!(r % 2 == 0 && r < 16);
+        debug_assert!(r.is_multiple_of(2) && r < 16);
         let i = (r & 14) as usize;
         let [lo, hi]: [u32; 2] = [v as u32, (v >> 32) as u32];
         let pair: &mut [u32; 2] = (&mut self.regs.a[i..i + 2]).try_into().expect("two registers");
