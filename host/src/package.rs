@@ -6,7 +6,6 @@ use ipu_schema::{
     decode, encode, read_container, write_container, Binding, BuildInfo, Direction, HostExchange,
     PlanSummary, SectionKind, Symbol, TileImage, SEG_DATA, SEG_EXEC, SEG_ZERO,
 };
-use rayon::slice::ParallelSliceMut;
 
 /// Check that the slices of `b` cover every byte of the tensor, exactly once when `exact`.
 /// A slice whose rows are consecutive in the tensor counts as one byte range; only strided slices
@@ -32,37 +31,163 @@ fn coverage(b: &Binding, exact: bool, tile_count: u32) -> Result<(), PackageErro
             "strided slices hold {strided} bytes, more than the {strided_limit} the tensor allows"
         )));
     }
-    let mut rows: Vec<(u64, u64)> = Vec::new();
-    for s in &b.slices {
-        if s.row_bytes == 0 {
-            continue;
-        }
+    // Every slice's rows, as granules: the largest unit every offset, length and stride is a
+    // multiple of (a tiled f16 tensor read column-wise has millions of 2-byte rows).
+    let ranges = |s: &ipu_schema::Slice| {
+        let rows = if contiguous(&s) { 1 } else { s.rows as u64 };
+        let len = if contiguous(&s) { bytes(&s) } else { s.row_bytes as u64 };
+        let (offset, stride) = (s.tensor_offset, s.tensor_stride);
+        (0..rows).map(move |r| (offset + r * stride, len))
+    };
+    let used = b.slices.iter().filter(|s| s.row_bytes != 0);
+    let granule = used.clone().fold(size, |g, s| {
+        let g = gcd(gcd(g, s.tensor_offset), s.row_bytes as u64);
         if contiguous(&s) {
-            rows.push((s.tensor_offset, s.tensor_offset + bytes(&s)));
-            continue;
+            g
+        } else {
+            gcd(g, s.tensor_stride)
         }
-        for r in 0..s.rows as u64 {
-            let start = s.tensor_offset + r * s.tensor_stride;
-            rows.push((start, start + s.row_bytes as u64));
+    });
+    let granules = size / granule.max(1);
+    let (gap, overlap) = if size == 0 {
+        (None, None)
+    } else if granules <= MAX_BITMAP_GRANULES {
+        let mut map = Granules::new(granules, exact);
+        for s in used {
+            for (start, len) in ranges(s) {
+                map.mark(start / granule, len / granule);
+            }
+        }
+        let scale = |(a, z): (u64, u64)| (a * granule, z * granule);
+        (map.first_gap().map(scale), map.first_overlap().map(scale))
+    } else {
+        let mut rows: Vec<(u64, u64)> = used.flat_map(|s| ranges(s).map(|(a, len)| (a, a + len))).collect();
+        sort_by_start(&mut rows, size);
+        sorted_gap_and_overlap(&rows, size)
+    };
+    if let Some((a, z)) = gap {
+        return Err(what(format!("bytes {a}..{z} of {size} are not covered by any slice")));
+    }
+    match overlap {
+        Some((a, z)) if exact => Err(what(format!("bytes {a}..{z} are read by more than one slice"))),
+        _ => Ok(()),
+    }
+}
+
+/// Tensors of up to this many granules are checked on a bitmap (128 MiB at most); larger ones
+/// (only a hostile package's) by sorting their rows.
+const MAX_BITMAP_GRANULES: u64 = 1 << 30;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Which granules of a tensor some slice reads, and (when overlaps matter) which two read.
+struct Granules {
+    len: u64,
+    once: Vec<u64>,
+    twice: Vec<u64>,
+}
+
+impl Granules {
+    fn new(len: u64, overlaps: bool) -> Self {
+        let words = len.div_ceil(64) as usize;
+        Granules { len, once: vec![0; words], twice: if overlaps { vec![0; words] } else { Vec::new() } }
+    }
+
+    /// Granules `start..start+len` are read (the caller has bounded them by the tensor).
+    fn mark(&mut self, start: u64, len: u64) {
+        let end = start + len;
+        let mut g = start;
+        while g < end {
+            let (w, bit) = ((g / 64) as usize, g % 64);
+            let n = (64 - bit).min(end - g);
+            let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << bit };
+            if !self.twice.is_empty() {
+                self.twice[w] |= self.once[w] & mask;
+            }
+            self.once[w] |= mask;
+            g += n;
         }
     }
-    // Millions of rows for a large strided tensor: sorted on every core (the order is total, so
-    // the result does not depend on the thread count).
-    rows.par_sort_unstable();
-    let mut covered = 0u64;
-    for (start, end) in rows {
-        if start > covered {
-            return Err(what(format!("bytes {covered}..{start} of {size} are not covered by any slice")));
+
+    /// The first run of granules in `map` whose bit is `set`, as `(start, end)`.
+    fn first_run(map: &[u64], len: u64, set: bool) -> Option<(u64, u64)> {
+        let word = |w: u64| if set { w } else { !w };
+        let start = map
+            .iter()
+            .enumerate()
+            .find(|(_, w)| word(**w) != 0)
+            .map(|(i, w)| i as u64 * 64 + word(*w).trailing_zeros() as u64)?;
+        if start >= len {
+            return None;
         }
-        if exact && start < covered {
-            return Err(what(format!("bytes {start}..{} are read by more than one slice", covered.min(end))));
+        let mut end = start;
+        while end < len && ((map[(end / 64) as usize] >> (end % 64)) & 1 == 1) == set {
+            end += 1;
+        }
+        Some((start, end))
+    }
+
+    fn first_gap(&self) -> Option<(u64, u64)> {
+        Self::first_run(&self.once, self.len, false)
+    }
+
+    fn first_overlap(&self) -> Option<(u64, u64)> {
+        Self::first_run(&self.twice, self.len, true)
+    }
+}
+
+/// A byte range `(start, end)`.
+type Span = (u64, u64);
+
+/// The first uncovered and the first doubly covered byte ranges of byte ranges sorted by start.
+fn sorted_gap_and_overlap(rows: &[(u64, u64)], size: u64) -> (Option<Span>, Option<Span>) {
+    let (mut covered, mut overlap) = (0u64, None);
+    for &(start, end) in rows {
+        if start > covered {
+            return (Some((covered, start)), overlap);
+        }
+        if start < covered && overlap.is_none() {
+            overlap = Some((start, covered.min(end)));
         }
         covered = covered.max(end);
     }
-    if covered < size {
-        return Err(what(format!("bytes {covered}..{size} of {size} are not covered by any slice")));
+    ((covered < size).then_some((covered, size)), overlap)
+}
+
+/// Sorts byte ranges `(start, end)` within `0..size`: bucketed by start (as many buckets as
+/// ranges, each `size / n` bytes wide), then each bucket sorted. Linear for ranges spread over
+/// the tensor, as a tiled tensor's rows are; `n log n` at worst, when they crowd one bucket.
+fn sort_by_start(rows: &mut Vec<(u64, u64)>, size: u64) {
+    let n = rows.len();
+    if n < 2 {
+        return;
     }
-    Ok(())
+    let width = size.div_ceil(n as u64).max(1);
+    let bucket = |start: u64| ((start / width) as usize).min(n - 1);
+    let mut first = vec![0usize; n + 1];
+    for r in rows.iter() {
+        first[bucket(r.0) + 1] += 1;
+    }
+    for b in 0..n {
+        first[b + 1] += first[b];
+    }
+    let mut next = first.clone();
+    let mut sorted = vec![(0u64, 0u64); n];
+    for r in rows.iter() {
+        let b = bucket(r.0);
+        sorted[next[b]] = *r;
+        next[b] += 1;
+    }
+    for b in 0..n {
+        sorted[first[b]..first[b + 1]].sort_unstable();
+    }
+    *rows = sorted;
 }
 
 /// A decoded, validated package.
@@ -340,5 +465,82 @@ impl Package {
     /// The `run` call.
     pub fn run_call(&self) -> &ipu_schema::Call {
         self.host.calls.iter().find(|c| c.name == "run").expect("validated")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sort_by_start, sorted_gap_and_overlap, Granules};
+
+    /// The bitmap and the sorted sweep find the same first gap and an overlap starting at the
+    /// same byte, on random sets of ranges with and without gaps and overlaps.
+    #[test]
+    fn bitmap_and_sorted_sweep_agree() {
+        let mut z = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |m: u64| {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            z % m
+        };
+        let (mut gaps, mut overlaps) = (0, 0);
+        for case in 0..400 {
+            let size = 1 + next(300);
+            // Tiles the tensor, then drops or widens a few pieces.
+            let mut rows = Vec::new();
+            let mut at = 0;
+            while at < size {
+                let len = (1 + next(40)).min(size - at);
+                if next(20) != 0 {
+                    rows.push((at, at + len));
+                }
+                if next(15) == 0 {
+                    rows.push((at, (at + len + next(30)).min(size)));
+                }
+                at += len;
+            }
+            let mut map = Granules::new(size, true);
+            for &(a, e) in &rows {
+                map.mark(a, e - a);
+            }
+            let mut sorted = rows.clone();
+            sort_by_start(&mut sorted, size);
+            let (gap, overlap) = sorted_gap_and_overlap(&sorted, size);
+            assert_eq!(map.first_gap(), gap, "case {case}: {rows:?}");
+            if gap.is_none() {
+                assert_eq!(map.first_overlap().map(|o| o.0), overlap.map(|o| o.0), "case {case}: {rows:?}");
+            }
+            gaps += gap.is_some() as u32;
+            overlaps += overlap.is_some() as u32;
+        }
+        assert!(gaps > 20 && overlaps > 20, "{gaps} gaps, {overlaps} overlaps");
+    }
+
+    /// The bucketed sort gives what a plain sort gives, for ranges spread over the tensor, crowded
+    /// into one bucket, repeated, and at the tensor's last byte.
+    #[test]
+    fn bucketed_sort_is_a_sort() {
+        let mut z = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |m: u64| {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            z % m
+        };
+        let size = 1 << 20;
+        for crowd in [size, 64, 1] {
+            let mut rows: Vec<(u64, u64)> = (0..5000)
+                .map(|_| {
+                    let s = next(crowd).min(size - 1);
+                    (s, s + 1 + next(size - s))
+                })
+                .collect();
+            rows.push((size - 1, size));
+            rows.push(rows[7]);
+            let mut want = rows.clone();
+            want.sort_unstable();
+            sort_by_start(&mut rows, size);
+            assert_eq!(rows, want, "crowd {crowd}");
+        }
     }
 }

@@ -372,6 +372,33 @@ fn record(outcome: &mut RunOutcome, it: u32, shape: &[u64], c: verdict::OutputCh
     }
 }
 
+/// One iteration's inputs and the host reference over them.
+struct Prepared {
+    inputs: BTreeMap<String, HostTensor>,
+    reference: reference::Evaluated,
+    inputs_seconds: f64,
+    reference_seconds: f64,
+}
+
+/// Make iteration `it`'s inputs, add them to `sources` (the params and earlier inputs) and
+/// evaluate the reference over them.
+fn prepare_iteration(
+    graph: &ipu_core::graph::Graph,
+    pkg: &Package,
+    opts: &RunOptions,
+    files: &BTreeMap<String, HostTensor>,
+    sources: &mut BTreeMap<String, HostTensor>,
+    it: u32,
+) -> Result<Prepared, RunError> {
+    let start = Instant::now();
+    let inputs = prepare_inputs(pkg, opts, it, files);
+    let inputs_seconds = start.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    sources.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let reference = reference::evaluate(graph, sources, &pkg.plan.grids).map_err(RunError::Input)?;
+    Ok(Prepared { inputs, reference, inputs_seconds, reference_seconds: t0.elapsed().as_secs_f64() })
+}
+
 /// The whole run pipeline on an opened device. Result lines are collected in
 /// [`RunOutcome::lines`]; the caller prints them after the outputs are written.
 pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<RunOutcome, RunError> {
@@ -400,8 +427,16 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
     let files = read_input_files(pkg, opts)?;
     // The reference's sources: params once (they never change), this iteration's inputs over them.
     let mut sources = param_values(pkg).map_err(RunError::Input)?;
-    load(dev, pkg)?;
-    let first = dev.run_to_host_sync()?;
+    // The first iteration's reference is computed while the application loads: loading is one
+    // host thread writing tile memory, the reference uses the others. Its log lines still come
+    // after the load's, in the seed's order.
+    let (mut first_iteration, loaded) = std::thread::scope(|scope| {
+        let reference = scope.spawn(|| prepare_iteration(&graph, pkg, opts, &files, &mut sources, 1));
+        let loaded = load(dev, pkg).and_then(|()| dev.run_to_host_sync());
+        let prepared = reference.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (Some(prepared), loaded)
+    });
+    let first = loaded?;
     if first.state != StopState::HostSync {
         return Err(RunError::Device(DeviceError::Request(
             "tiles halted before the initial host sync".into(),
@@ -425,17 +460,16 @@ pub fn run(pkg: &Package, dev: &mut dyn Device, opts: &RunOptions) -> Result<Run
         .collect::<Result<_, _>>()?;
     let mut last_outputs = BTreeMap::new();
     for it in 1..=opts.iterations {
-        let start = Instant::now();
-        let inputs = prepare_inputs(pkg, opts, it, &files);
+        let Prepared { inputs, reference, inputs_seconds, reference_seconds } = match first_iteration.take() {
+            Some(prepared) => prepared?,
+            None => prepare_iteration(&graph, pkg, opts, &files, &mut sources, it)?,
+        };
         if let (1, Some(dir)) = (it, &opts.save_inputs) {
             write_npys(dir, &inputs)?;
         }
-        info!(iteration = it, elapsed_ms = start.elapsed().as_millis() as u64, "prepared reference inputs");
-        let t0 = Instant::now();
-        sources.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let reference = reference::evaluate(&graph, &sources, &pkg.plan.grids).map_err(RunError::Input)?;
-        outcome.reference_seconds += t0.elapsed().as_secs_f64();
-        info!(elapsed_ms = t0.elapsed().as_millis() as u64, "evaluated host reference");
+        info!(iteration = it, elapsed_ms = (inputs_seconds * 1e3) as u64, "prepared reference inputs");
+        outcome.reference_seconds += reference_seconds;
+        info!(elapsed_ms = (reference_seconds * 1e3) as u64, "evaluated host reference");
         for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
             write_binding(dev, b, &to_bytes(&inputs[&b.name], b.transpose))?;
         }

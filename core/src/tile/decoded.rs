@@ -106,24 +106,31 @@ impl Decoded {
         };
         // Both halves read the registers as they were before the bundle (docs/target.md §4.1).
         // The aux (ARF) half reads and writes only the `$a` registers its operands name, so only
-        // those are set aside while the main half runs first, then given back to the aux half.
-        let regs = self.aux_regs.regs();
-        let mut before = [0u32; AuxRegs::MAX];
-        for (b, &r) in before.iter_mut().zip(regs) {
-            *b = cx.regs.a[r as usize];
+        // those (as whole even/odd pairs) are set aside while the main half runs first, then given
+        // back to the aux half. Pairs move as one 64-bit access: the AMP reads its operands as
+        // pairs, and a pair stored as two 32-bit halves cannot be forwarded to a 64-bit load.
+        let pairs = self.aux_regs.pairs();
+        let mut before = [0u64; AuxRegs::PAIRS];
+        for (b, &p) in before.iter_mut().zip(pairs) {
+            *b = get_pair(&cx.regs.a, p);
         }
         (self.main)(cx, &self.main_args)?;
-        let mut after_main = [0u32; AuxRegs::MAX];
-        for ((m, b), &r) in after_main.iter_mut().zip(before).zip(regs) {
-            *m = core::mem::replace(&mut cx.regs.a[r as usize], b);
+        let mut after_main = [0u64; AuxRegs::PAIRS];
+        for ((m, b), &p) in after_main.iter_mut().zip(before).zip(pairs) {
+            *m = get_pair(&cx.regs.a, p);
+            set_pair(&mut cx.regs.a, p, b);
         }
         aux(cx, aux_args)?;
         let mut clash = false;
-        for ((m, b), &r) in after_main.iter().zip(before).zip(regs) {
-            let x = cx.regs.a[r as usize];
-            let aux_wrote = x != b;
-            clash |= aux_wrote & (*m != b);
-            cx.regs.a[r as usize] = if aux_wrote { x } else { *m };
+        for ((m, b), &p) in after_main.iter().zip(before).zip(pairs) {
+            let x = get_pair(&cx.regs.a, p);
+            // Per 32-bit register: all ones where the aux half changed it.
+            let lo = if x as u32 != b as u32 { 0xFFFF_FFFFu64 } else { 0 };
+            let hi = if (x >> 32) != (b >> 32) { 0xFFFF_FFFF_0000_0000u64 } else { 0 };
+            let aux_wrote = lo | hi;
+            // A clash: a register both halves changed.
+            clash |= aux_wrote & (m ^ b) != 0;
+            set_pair(&mut cx.regs.a, p, (x & aux_wrote) | (m & !aux_wrote));
         }
         if clash {
             return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
@@ -132,42 +139,54 @@ impl Decoded {
     }
 }
 
-/// The distinct `$a` registers named by an instruction's operands (a pair names two).
+/// The `$a` register pairs (even first registers) holding the registers an instruction's operands
+/// name (a pair operand names both of its registers; a single register brings its pair along).
 #[derive(Clone, Copy)]
 struct AuxRegs {
-    regs: [u8; AuxRegs::MAX],
+    pairs: [u8; AuxRegs::PAIRS],
     len: u8,
 }
 
 impl AuxRegs {
-    /// Three pair operands at most.
-    const MAX: usize = 6;
-    const NONE: AuxRegs = AuxRegs { regs: [0; AuxRegs::MAX], len: 0 };
+    /// Three register operands at most.
+    const PAIRS: usize = 3;
+    const NONE: AuxRegs = AuxRegs { pairs: [0; AuxRegs::PAIRS], len: 0 };
 
     fn of(i: &Instr) -> Self {
         let mut out = AuxRegs::NONE;
-        let mut add = |r: u32| {
-            if !out.regs().contains(&(r as u8)) {
-                out.regs[out.len as usize] = r as u8;
-                out.len += 1;
-            }
-        };
         for (f, &v) in i.info().fields.iter().zip(&i.args) {
-            match f.kind {
-                Kind::AReg => add(v),
-                Kind::APair => {
-                    add(v);
-                    add(v + 1);
+            if matches!(f.kind, Kind::AReg | Kind::APair) {
+                let p = (v & !1) as u8;
+                if !out.pairs().contains(&p) {
+                    out.pairs[out.len as usize] = p;
+                    out.len += 1;
                 }
-                _ => {}
             }
         }
         out
     }
 
-    fn regs(&self) -> &[u8] {
-        &self.regs[..self.len as usize]
+    fn pairs(&self) -> &[u8] {
+        &self.pairs[..self.len as usize]
     }
+}
+
+/// `$a{p}:{p+1}` as one 64-bit value (`p` even and below 16).
+#[inline(always)]
+fn get_pair(a: &[u32; 16], p: u8) -> u64 {
+    let i = (p & 14) as usize;
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&a[i].to_le_bytes());
+    b[4..].copy_from_slice(&a[i + 1].to_le_bytes());
+    u64::from_le_bytes(b)
+}
+
+/// Writes `$a{p}:{p+1}` as one 64-bit store.
+#[inline(always)]
+fn set_pair(a: &mut [u32; 16], p: u8, v: u64) {
+    let i = (p & 14) as usize;
+    let pair: &mut [u32; 2] = (&mut a[i..i + 2]).try_into().expect("two registers");
+    *pair = [v as u32, (v >> 32) as u32];
 }
 
 /// A tile's cache of decoded issue units.

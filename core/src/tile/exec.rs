@@ -106,12 +106,7 @@ impl Cx<'_> {
 /// The four f16 lanes of a register pair, as f32 values.
 #[inline(always)]
 fn halves(v: u64) -> [f32; 4] {
-    [
-        f16bits::to_f32(v as u16),
-        f16bits::to_f32((v >> 16) as u16),
-        f16bits::to_f32((v >> 32) as u16),
-        f16bits::to_f32((v >> 48) as u16),
-    ]
+    f16bits::to_f32x4(v)
 }
 /// Four f32 values rounded to f16 lanes of a register pair.
 #[inline(always)]
