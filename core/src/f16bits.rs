@@ -23,22 +23,34 @@ pub fn to_f32(h: u16) -> f32 {
     f32::from_bits(sign | if em >= 0x7C00 { special } else { finite })
 }
 
-/// [`to_f32`] of four f16 lanes (`v`'s 16-bit fields, lowest first), written lane-parallel so
-/// that the compiler converts all four in vector registers (SSE2 on x86-64).
+/// [`to_f32`] of four f16 lanes (`v`'s 16-bit fields, lowest first), looked up in a table of all
+/// 65,536 f16 values (256 KiB, built at compile time by [`to_f32`] itself): the simulator
+/// decodes eight f16 lanes per AMP bundle, and a load is cheaper than the bit manipulation.
 #[inline(always)]
 pub fn to_f32x4(v: u64) -> [f32; 4] {
-    let h: [u32; 4] = core::array::from_fn(|i| (v >> (16 * i)) as u32 & 0xFFFF);
-    let em: [u32; 4] = core::array::from_fn(|i| h[i] & 0x7FFF);
-    let finite: [u32; 4] =
-        core::array::from_fn(|i| (f32::from_bits(em[i] << 13) * f32::from_bits(TWO_POW_112)).to_bits());
-    let special: [u32; 4] = core::array::from_fn(|i| {
-        let man = em[i] & 0x3FF;
-        0x7F80_0000 | man << 13 | ((man != 0) as u32) << 22
-    });
-    core::array::from_fn(|i| {
-        let big = ((em[i] >= 0x7C00) as u32).wrapping_neg();
-        f32::from_bits((h[i] & 0x8000) << 16 | (special[i] & big) | (finite[i] & !big))
-    })
+    core::array::from_fn(|i| f32::from_bits(TO_F32[((v >> (16 * i)) & 0xFFFF) as usize]))
+}
+
+/// `to_f32(h).to_bits()` for every `h`.
+static TO_F32: [u32; 1 << 16] = {
+    let mut t = [0u32; 1 << 16];
+    let mut h = 0;
+    while h < t.len() {
+        t[h] = to_f32_const(h as u16);
+        h += 1;
+    }
+    t
+};
+
+/// [`to_f32`]'s bits, as a `const fn` (for the table).
+const fn to_f32_const(h: u16) -> u32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7FFF;
+    let finite = (f32::from_bits(em << 13) * f32::from_bits(TWO_POW_112)).to_bits();
+    let man = em & 0x3FF;
+    let special = 0x7F80_0000 | man << 13 | if man != 0 { 0x0040_0000 } else { 0 };
+    sign | if em >= 0x7C00 { special } else { finite }
 }
 
 /// The f16 bits nearest to `x`, ties to even (overflow to infinity, NaNs quieted with the top
@@ -66,6 +78,27 @@ pub fn from_f32(x: f32) -> u16 {
     (o | sign) as u16
 }
 
+/// [`from_f32`] of four values, packed as four 16-bit lanes (lowest first), written
+/// lane-parallel so that the compiler rounds all four in vector registers.
+#[inline(always)]
+pub fn from_f32x4(x: [f32; 4]) -> u64 {
+    let bits: [u32; 4] = x.map(f32::to_bits);
+    let a: [u32; 4] = core::array::from_fn(|i| bits[i] & 0x7FFF_FFFF);
+    let o: [u32; 4] = core::array::from_fn(|i| {
+        let a = a[i];
+        let nan = ((a > 0x7F80_0000) as u32).wrapping_neg();
+        let inf_or_nan = (nan & (0x7E00 | (a & 0x007F_FFFF) >> 13)) | (!nan & 0x7C00);
+        let subnormal =
+            (f32::from_bits(a) + f32::from_bits(SUBNORMAL_MAGIC)).to_bits().wrapping_sub(SUBNORMAL_MAGIC);
+        let normal = a.wrapping_add(0xC800_0FFF).wrapping_add((a >> 13) & 1) >> 13;
+        let big = ((a >= 0x4780_0000) as u32).wrapping_neg();
+        let small = ((a < 0x3880_0000) as u32).wrapping_neg();
+        let o = (big & inf_or_nan) | (!big & small & subnormal) | (!big & !small & normal);
+        (o | (bits[i] >> 16) & 0x8000) & 0xFFFF
+    });
+    o[0] as u64 | (o[1] as u64) << 16 | (o[2] as u64) << 32 | (o[3] as u64) << 48
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +122,12 @@ mod tests {
         let check = |x: f32| {
             let want = f16::from_f32(x).to_bits();
             assert_eq!(from_f32(x), want, "{:#010x}", x.to_bits());
+            // Each lane of the four-lane form, beside other values.
+            for lane in 0..4 {
+                let mut v = [1.0f32, -65520.0, 3e-6, f32::NAN];
+                v[lane] = x;
+                assert_eq!((from_f32x4(v) >> (16 * lane)) as u16, want, "{:#010x} lane {lane}", x.to_bits());
+            }
         };
         for h in 0..=u16::MAX {
             let v = f16::from_bits(h).to_f32();

@@ -65,11 +65,13 @@ fn coverage(b: &Binding, exact: bool, tile_count: u32) -> Result<(), PackageErro
         sort_by_start(&mut rows, size);
         sorted_gap_and_overlap(&rows, size)
     };
-    if let Some((a, z)) = gap {
-        return Err(what(format!("bytes {a}..{z} of {size} are not covered by any slice")));
-    }
-    match overlap {
-        Some((a, z)) if exact => Err(what(format!("bytes {a}..{z} are read by more than one slice"))),
+    // The lower of the two is reported (as a sweep in tensor order meets it first).
+    let overlap = overlap.filter(|_| exact);
+    match (gap, overlap) {
+        (Some((a, z)), o) if o.is_none_or(|o| a < o.0) => {
+            Err(what(format!("bytes {a}..{z} of {size} are not covered by any slice")))
+        }
+        (_, Some((a, z))) => Err(what(format!("bytes {a}..{z} are read by more than one slice"))),
         _ => Ok(()),
     }
 }
