@@ -506,6 +506,12 @@ enum AmpKind {
 #[inline(always)]
 fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
     let (pin, x) = (cx.pair(a[1]), cx.pair(a[2]));
+    amp_on(cx, a, pin, x, kind)
+}
+
+/// The AMP half with its register operands already read (`pin`, `x`).
+#[inline(always)]
+fn amp_on(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], pin: u64, x: u64, kind: AmpKind) -> R {
     let p = a[3] as usize;
     let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
     let fp = cx.fp.as_deref_mut().ok_or(FaultKind::WrongContext)?;
@@ -563,6 +569,36 @@ fn amp_f16_columns<const COLS: usize>(acc: &mut [f32; 16], xs: [f32; 4], w: &[f3
         acc[n] += (xs[0] * w0[n] + xs[1] * w1[n]) + (xs[2] * w2[n] + xs[3] * w3[n]);
     }
 }
+/// A bundle's two halves executed as one function: `{main ; aux}` with the main half's and the
+/// aux half's operands.
+pub type FusedFn = fn(&mut Cx<'_>, &[u32; MAX_FIELDS], &[u32; MAX_FIELDS]) -> R;
+
+/// `{ ld2st64pi ; AMP }`, the matmul inner loop's bundle, for a decoded pair whose AMP writes a
+/// register pair `ld2st64pi` does not (the decoder checks, `Decoded::new`). Both halves read the
+/// registers as they were before the bundle (docs/target.md §4.1): the AMP's only register reads,
+/// `pin` and `x`, are taken first; the main half then runs as it would alone, and the AMP last.
+/// The two write disjoint registers, so there is nothing to set aside or merge and no clash.
+fn ld2st64pi_amp<const KIND: u8>(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
+    let (pin, x) = (cx.pair(aux[1]), cx.pair(aux[2]));
+    ld2st64pi(cx, main)?;
+    let kind = match KIND {
+        0 => AmpKind::F16,
+        1 => AmpKind::F32,
+        _ => AmpKind::F8,
+    };
+    amp_on(cx, aux, pin, x, kind)
+}
+
+/// The fused form of the bundle `{main ; aux}` when there is one (`main`, `aux` mnemonics).
+pub(crate) fn fused(main: &str, aux: &str) -> Option<FusedFn> {
+    match (main, aux) {
+        ("ld2st64pi", "f16amp") => Some(ld2st64pi_amp::<0>),
+        ("ld2st64pi", "f32amp") => Some(ld2st64pi_amp::<1>),
+        ("ld2st64pi", "f8amp") => Some(ld2st64pi_amp::<2>),
+        _ => None,
+    }
+}
+
 pub(crate) fn f16amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     amp(cx, a, AmpKind::F16)
 }
