@@ -383,6 +383,7 @@ pub(crate) fn st32pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     cx.set_m(a[1], p.wrapping_add(a[2]));
     Ok(Flow::Next)
 }
+#[inline(always)]
 pub(crate) fn ld2st64pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let (pa, pb, ps) = (cx.m(a[3]), cx.m(a[4]), cx.m(a[5]));
     let store = cx.pair(a[2]);
