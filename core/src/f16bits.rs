@@ -78,27 +78,6 @@ pub fn from_f32(x: f32) -> u16 {
     (o | sign) as u16
 }
 
-/// [`from_f32`] of four values, packed as four 16-bit lanes (lowest first), written
-/// lane-parallel so that the compiler rounds all four in vector registers.
-#[inline(always)]
-pub fn from_f32x4(x: [f32; 4]) -> u64 {
-    let bits: [u32; 4] = x.map(f32::to_bits);
-    let a: [u32; 4] = core::array::from_fn(|i| bits[i] & 0x7FFF_FFFF);
-    let o: [u32; 4] = core::array::from_fn(|i| {
-        let a = a[i];
-        let nan = ((a > 0x7F80_0000) as u32).wrapping_neg();
-        let inf_or_nan = (nan & (0x7E00 | (a & 0x007F_FFFF) >> 13)) | (!nan & 0x7C00);
-        let subnormal =
-            (f32::from_bits(a) + f32::from_bits(SUBNORMAL_MAGIC)).to_bits().wrapping_sub(SUBNORMAL_MAGIC);
-        let normal = a.wrapping_add(0xC800_0FFF).wrapping_add((a >> 13) & 1) >> 13;
-        let big = ((a >= 0x4780_0000) as u32).wrapping_neg();
-        let small = ((a < 0x3880_0000) as u32).wrapping_neg();
-        let o = (big & inf_or_nan) | (!big & small & subnormal) | (!big & !small & normal);
-        (o | (bits[i] >> 16) & 0x8000) & 0xFFFF
-    });
-    o[0] as u64 | (o[1] as u64) << 16 | (o[2] as u64) << 32 | (o[3] as u64) << 48
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,12 +101,6 @@ mod tests {
         let check = |x: f32| {
             let want = f16::from_f32(x).to_bits();
             assert_eq!(from_f32(x), want, "{:#010x}", x.to_bits());
-            // Each lane of the four-lane form, beside other values.
-            for lane in 0..4 {
-                let mut v = [1.0f32, -65520.0, 3e-6, f32::NAN];
-                v[lane] = x;
-                assert_eq!((from_f32x4(v) >> (16 * lane)) as u16, want, "{:#010x} lane {lane}", x.to_bits());
-            }
         };
         for h in 0..=u16::MAX {
             let v = f16::from_bits(h).to_f32();
