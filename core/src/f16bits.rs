@@ -13,14 +13,7 @@ const SUBNORMAL_MAGIC: u32 = 0x3F00_0000;
 /// The f32 value of the f16 with bits `h` (NaNs quieted with their payload kept, as `half` does).
 #[inline(always)]
 pub fn to_f32(h: u16) -> f32 {
-    let h = h as u32;
-    let sign = (h & 0x8000) << 16;
-    let em = h & 0x7FFF;
-    // Exact for normals and subnormals alike: the product is a power-of-two rescaling.
-    let finite = (f32::from_bits(em << 13) * f32::from_bits(TWO_POW_112)).to_bits();
-    let man = em & 0x3FF;
-    let special = 0x7F80_0000 | man << 13 | if man != 0 { 0x0040_0000 } else { 0 };
-    f32::from_bits(sign | if em >= 0x7C00 { special } else { finite })
+    f32::from_bits(to_f32_bits(h))
 }
 
 /// [`to_f32`] of four f16 lanes (`v`'s 16-bit fields, lowest first), looked up in a table of all
@@ -36,17 +29,19 @@ static TO_F32: [u32; 1 << 16] = {
     let mut t = [0u32; 1 << 16];
     let mut h = 0;
     while h < t.len() {
-        t[h] = to_f32_const(h as u16);
+        t[h] = to_f32_bits(h as u16);
         h += 1;
     }
     t
 };
 
-/// [`to_f32`]'s bits, as a `const fn` (for the table).
-const fn to_f32_const(h: u16) -> u32 {
+/// [`to_f32`]'s bits; a `const fn`, so that the table is built by the same code.
+#[inline(always)]
+const fn to_f32_bits(h: u16) -> u32 {
     let h = h as u32;
     let sign = (h & 0x8000) << 16;
     let em = h & 0x7FFF;
+    // Exact for normals and subnormals alike: the product is a power-of-two rescaling.
     let finite = (f32::from_bits(em << 13) * f32::from_bits(TWO_POW_112)).to_bits();
     let man = em & 0x3FF;
     let special = 0x7F80_0000 | man << 13 | if man != 0 { 0x0040_0000 } else { 0 };

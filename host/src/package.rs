@@ -474,17 +474,22 @@ impl Package {
 mod tests {
     use super::{sort_by_start, sorted_gap_and_overlap, Granules};
 
-    /// The bitmap and the sorted sweep find the same first gap and an overlap starting at the
-    /// same byte, on random sets of ranges with and without gaps and overlaps.
-    #[test]
-    fn bitmap_and_sorted_sweep_agree() {
-        let mut z = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move |m: u64| {
+    /// A xorshift generator of numbers below its argument.
+    fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut z = seed;
+        move |m| {
             z ^= z << 13;
             z ^= z >> 7;
             z ^= z << 17;
             z % m
-        };
+        }
+    }
+
+    /// The bitmap and the sorted sweep find the same first gap and an overlap starting at the
+    /// same byte, on random sets of ranges with and without gaps and overlaps.
+    #[test]
+    fn bitmap_and_sorted_sweep_agree() {
+        let mut next = below(0x2545_F491_4F6C_DD1D);
         let (mut gaps, mut overlaps) = (0, 0);
         for case in 0..400 {
             let size = 1 + next(300);
@@ -522,13 +527,7 @@ mod tests {
     /// into one bucket, repeated, and at the tensor's last byte.
     #[test]
     fn bucketed_sort_is_a_sort() {
-        let mut z = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |m: u64| {
-            z ^= z << 13;
-            z ^= z >> 7;
-            z ^= z << 17;
-            z % m
-        };
+        let mut next = below(0x9E37_79B9_7F4A_7C15);
         let size = 1 << 20;
         for crowd in [size, 64, 1] {
             let mut rows: Vec<(u64, u64)> = (0..5000)
