@@ -22,7 +22,6 @@ pub mod search;
 pub mod stages;
 pub mod transpose;
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
@@ -571,6 +570,13 @@ pub const BUFFER_BYTES: u64 = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESE
 
 /// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
 /// tile needs a handful of symbols however many kernel launches it has.
+/// FNV-1a of a name: a lookup compares one integer per step instead of the names' bytes (names
+/// share long stage prefixes). Only found entries are compared by name, so a collision costs
+/// nothing but a compare.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 fn merge_descriptors(tile: &mut TilePlan) {
     let total: usize = tile
         .buffers
@@ -579,9 +585,9 @@ fn merge_descriptors(tile: &mut TilePlan) {
         .map(|b| b.init.len().next_multiple_of(4))
         .sum();
     let mut words = Vec::with_capacity(total);
-    // Old name → byte offset in `D`: looked up once per launch and per symbolic word, so a map
-    // (a tile can have thousands of launches).
-    let mut base: BTreeMap<Sym, u32> = BTreeMap::new();
+    // Old name → byte offset in `D`: looked up once per launch and per symbolic word (a tile can
+    // have thousands of launches and a million words, most naming data buffers, not tables).
+    let mut base: Vec<(u64, Sym, u32)> = Vec::new();
     tile.buffers.retain_mut(|b| {
         if b.kind != MemKind::Descriptor || b.init.is_empty() {
             return true;
@@ -589,16 +595,23 @@ fn merge_descriptors(tile: &mut TilePlan) {
         while words.len() % 4 != 0 {
             words.push(Word::Const(0));
         }
-        base.insert(core::mem::take(&mut b.name), 4 * words.len() as u32);
+        let name = core::mem::take(&mut b.name);
+        base.push((name_hash(&name), name, 4 * words.len() as u32));
         words.append(&mut b.init);
         false
     });
     if words.is_empty() {
         return;
     }
+    base.sort_unstable();
+    let offset = |name: &str| -> Option<u32> {
+        let h = name_hash(name);
+        let first = base.partition_point(|e| e.0 < h);
+        base[first..].iter().take_while(|e| e.0 == h).find(|e| e.1 == name).map(|e| e.2)
+    };
     for step in tile.steps.iter_mut() {
         if let Step::RunAll(_, desc, _) = step {
-            if let Some(off) = base.get(desc.as_str()) {
+            if let Some(off) = offset(desc.as_str()) {
                 *desc = alloc::format!("D+{off}").into();
             }
         }
@@ -606,7 +619,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
     // Descriptors that point into other merged tables (a copy list) now point into `D`.
     for w in words.iter_mut() {
         if let Word::Sym(name, off) = w {
-            if let Some(b) = base.get(name.as_str()) {
+            if let Some(b) = offset(name.as_str()) {
                 *w = Word::Sym("D".into(), b + *off);
             }
         }
