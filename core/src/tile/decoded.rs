@@ -93,6 +93,12 @@ impl Decoded {
         }
     }
 
+    /// The fused `{ld2st64pi ; AMP}` form of this bundle (the only fused form, `exec::fused`):
+    /// the function, the main half's operands and the AMP's.
+    pub(super) fn fused_amp(&self) -> Option<(exec::FusedFn, [u32; MAX_FIELDS], [u32; MAX_FIELDS])> {
+        Some((self.fused?, self.main_args, self.aux.as_ref()?.1))
+    }
+
     /// Whether this is a `{main ; aux}` bundle.
     pub fn is_bundle(&self) -> bool {
         self.aux.is_some()

@@ -1,6 +1,7 @@
 //! One tile: contexts, barrel scheduling and fetch (docs/target.md §3). The semantics of each
 //! instruction are in [`exec`], referenced from the ISA table.
 
+mod batch;
 mod decoded;
 pub mod exec;
 mod fault;
@@ -166,6 +167,16 @@ pub struct Tile {
     /// Barrel slots owned by running workers (bit k = worker k), kept in step with `running`.
     owned: u32,
     decoded: DecodeCache,
+    /// Whether stretches of the workers' AMP loops may run one worker at a time (`batch.rs`:
+    /// the same state either way; tests turn it off to compare).
+    pub batching: bool,
+    /// No fast-path check before this cycle (`u64::MAX`: none until a worker enters a loop or
+    /// exits, the events after which it can newly apply).
+    batch_check_at: u64,
+    /// Checks left after a refusal, since the last loop entry or exit.
+    batch_retries: u32,
+    /// Issues run by the fast path (counted in `issued` too): for tests and reports.
+    pub batched: u64,
 }
 
 impl Tile {
@@ -189,6 +200,10 @@ impl Tile {
             floor: 0,
             owned: 0,
             decoded: DecodeCache::default(),
+            batching: true,
+            batch_check_at: u64::MAX,
+            batch_retries: 0,
+            batched: 0,
         }
     }
 
@@ -245,6 +260,9 @@ impl Tile {
                         break;
                     }
                 }
+                continue;
+            }
+            if self.floor >= self.batch_check_at && self.batching && self.run_amp_rounds(mem, bus, limit)? {
                 continue;
             }
             let mut best: Option<(u64, Option<usize>)> = self.sup_issue_cycle(owned).map(|t| (t, None));
@@ -364,6 +382,8 @@ impl Tile {
             Flow::Exit => {
                 w.running = false;
                 self.owned &= !(1 << k);
+                self.batch_check_at = 0;
+                self.batch_retries = batch::RETRIES;
             }
             Flow::Rpt { count, bundles } => {
                 if count > RPT_MAX_COUNT {
@@ -376,6 +396,8 @@ impl Tile {
                     w.rpt_left = count;
                     w.rpt_start = next_pc;
                     w.rpt_end = next_pc + 8 * bundles;
+                    self.batch_check_at = 0;
+                    self.batch_retries = batch::RETRIES;
                 } else {
                     next_pc += 8 * bundles;
                 }

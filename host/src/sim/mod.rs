@@ -39,6 +39,8 @@ pub struct SimDevice {
     config_writes: Vec<(u32, u32)>,
     /// Words delivered by the exchange so far.
     pub exchanged_words: u64,
+    /// Whether loaded tiles may run AMP loops a stretch at a time (`set_amp_batching`).
+    amp_batching: bool,
 }
 
 impl std::fmt::Debug for SimDevice {
@@ -68,8 +70,18 @@ impl SimDevice {
             cycle: 0,
             config_writes: Vec::new(),
             exchanged_words: 0,
+            amp_batching: true,
             cfg,
         })
+    }
+
+    /// Whether the workers' AMP loops may run a stretch at a time where that changes nothing
+    /// (`ipu_core::tile` `batch.rs`; on by default). Tests turn it off to compare the states.
+    pub fn set_amp_batching(&mut self, on: bool) {
+        self.amp_batching = on;
+        for t in self.tiles.iter_mut() {
+            t.batching = on;
+        }
     }
 
     /// Per-tile state, for tests and profiles.
@@ -161,6 +173,7 @@ impl Device for SimDevice {
         }
         let t = self.check_tile(tile)?;
         *self.tiles[t] = Tile::new(tile, entry);
+        self.tiles[t].batching = self.amp_batching;
         self.loaded[t] = true;
         Ok(())
     }

@@ -1,0 +1,207 @@
+//! Stretches of the workers' AMP loops run one worker at a time, when that cannot change anything.
+//!
+//! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` bundles (`exec::fused`), run
+//! by every worker on its own rows while the supervisor cannot issue. The barrel interleaves the
+//! workers one issue each. The order of their issues matters only through state that two of them
+//! share:
+//! - Tile memory. A bundle loads 8 bytes at each of two pointers and stores 8 bytes at a third,
+//!   all three advancing by 8, so W bundles read and write three known ranges.
+//! - The weight store and the FP CSRs. The AMP only reads them, and only the supervisor writes
+//!   them, and it cannot issue.
+//! - The code. A store into an `rpt` body would change what is fetched.
+//!
+//! So when, for the next W rounds, no worker's stores touch another worker's loads or stores, or
+//! any body being run, and every access is aligned and inside tile memory (no fault can happen),
+//! running worker 0's W bundles, then worker 1's, and so on leaves exactly the state the
+//! interleaved order leaves. That covers registers, accumulators, memory, issue counts and
+//! cycles: every bundle costs 1, so a worker issues every 6 cycles either way. Anything else —
+//! overlapping ranges, a pointer register shared by two streams or `$m15`, a body with another
+//! bundle, a cycle limit inside the stretch — leaves the ordinary issue-by-issue path in charge.
+//!
+//! The matmul kernel's first stores go to a scratch area just before the worker's rows, which its
+//! neighbour's last (flush-row) loads read; so at loop entry the ranges overlap. After a few
+//! rounds the stores have moved on into the rows, and the check passes: a refused check is tried
+//! again [`RETRY_ROUNDS`] rounds later, [`RETRIES`] times per loop entry.
+
+use super::decoded::Decoded;
+use super::exec::{Cx, FusedFn};
+use super::{Fault, FaultKind, Tile, TileBus};
+use crate::isa::MAX_FIELDS;
+use crate::target::{in_tile_memory, BARREL_SLOTS, WORKERS};
+
+/// Longest `rpt` body the fast path takes (the matmul loop's is 4 bundles).
+const MAX_BODY: usize = 8;
+/// Rounds between a refused check and the next.
+pub(super) const RETRY_ROUNDS: u64 = 8;
+/// Checks after the first, per loop entry or exit.
+pub(super) const RETRIES: u32 = 2;
+/// Fewest rounds worth running this way.
+const MIN_ROUNDS: u64 = 8;
+
+/// One worker's loop, as the fast path runs it.
+#[derive(Clone, Copy)]
+struct Stream {
+    /// The body's bundles: the fused function, the main half's and the AMP's operands.
+    body: [(FusedFn, [u32; MAX_FIELDS], [u32; MAX_FIELDS]); MAX_BODY],
+    /// The two load pointers and the store pointer at the start.
+    reads: [u32; 2],
+    store: u32,
+}
+
+impl Tile {
+    /// Runs as many rounds of the workers' AMP loops as the conditions above allow, at once.
+    /// `Ok(false)` when it ran nothing.
+    #[inline(never)]
+    #[cold]
+    pub(super) fn run_amp_rounds(
+        &mut self,
+        mem: &mut [u8],
+        bus: &mut dyn TileBus,
+        limit: u64,
+    ) -> Result<bool, Fault> {
+        // The supervisor cannot issue: it waits at `sync 2`, or the workers own every slot. No
+        // worker leaves its loop inside the stretch, so that stays true throughout.
+        let ready = self.owned != 0
+            && self.sup_issue_cycle(self.owned).is_none()
+            && !self.workers.iter().any(|w| w.running && w.rpt_left == 0);
+        let found = if ready { self.amp_streams(mem, limit) } else { None };
+        let Some((streams, rounds)) = found else {
+            if ready && self.batch_retries > 0 {
+                self.batch_retries -= 1;
+                self.batch_check_at = self.floor + RETRY_ROUNDS * BARREL_SLOTS;
+            } else {
+                self.batch_check_at = u64::MAX;
+            }
+            return Ok(false);
+        };
+        let mut last = 0u64;
+        for (k, s) in streams.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let w = &mut self.workers[k];
+            let (start, end) = (w.rpt_start, w.rpt_end);
+            for _ in 0..rounds {
+                let pc = w.regs.pc;
+                let (f, main, aux) = &s.body[((pc - start) / 8) as usize];
+                let t = w.next_issue;
+                let mut cx = Cx {
+                    regs: &mut w.regs,
+                    mem,
+                    shared: &mut self.shared,
+                    fp: Some(&mut w.fp),
+                    bus,
+                    cycle: t,
+                    pc,
+                };
+                // Unreachable by the checks in `amp_streams`; reported as the issue path would.
+                f(&mut cx, main, aux).map_err(|kind| Fault {
+                    tile: self.shared.id,
+                    ctx: super::CtxId::Worker(k as u8),
+                    pc,
+                    words: [0, 0],
+                    cycle: t,
+                    kind,
+                })?;
+                let mut next_pc = pc + 8;
+                if next_pc == end {
+                    w.rpt_left -= 1;
+                    if w.rpt_left > 0 {
+                        next_pc = start;
+                    }
+                }
+                w.regs.pc = next_pc;
+                w.next_issue = t + BARREL_SLOTS;
+                last = last.max(t);
+            }
+            self.issued += rounds;
+            self.batched += rounds;
+        }
+        self.last_cycle = last;
+        self.floor = last + 1;
+        // Check again right away: the loops may go on.
+        self.batch_check_at = 0;
+        Ok(true)
+    }
+
+    /// Every running worker's loop as a [`Stream`], and how many rounds may run at once; `None`
+    /// when any condition of the module comment fails.
+    #[allow(clippy::type_complexity)]
+    fn amp_streams(&mut self, mem: &[u8], limit: u64) -> Option<([Option<Stream>; WORKERS], u64)> {
+        let mut streams: [Option<Stream>; WORKERS] = [None; WORKERS];
+        let mut rounds = u64::MAX;
+        let mut latest = 0u64;
+        for (k, w) in self.workers.iter().enumerate().filter(|(_, w)| w.running) {
+            let len = ((w.rpt_end - w.rpt_start) / 8) as usize;
+            if len == 0 || len > MAX_BODY || w.regs.pc < w.rpt_start || w.regs.pc >= w.rpt_end {
+                return None;
+            }
+            let mut body = [(unused as FusedFn, [0; MAX_FIELDS], [0; MAX_FIELDS]); MAX_BODY];
+            let mut pointers: Option<[u32; 3]> = None;
+            for (i, slot) in body.iter_mut().enumerate().take(len) {
+                let d: &Decoded = self.decoded.fetch(mem, w.rpt_start + 8 * i as u32).ok()?;
+                let (f, main, aux) = d.fused_amp()?;
+                let regs = [main[3], main[4], main[5]];
+                // Three distinct pointer registers, none `$m15`, the same in every bundle.
+                let distinct = regs[0] != regs[1] && regs[0] != regs[2] && regs[1] != regs[2];
+                if d.cost != 1 || regs.contains(&15) || !distinct || pointers.is_some_and(|p| p != regs) {
+                    return None;
+                }
+                pointers = Some(regs);
+                *slot = (f, main, aux);
+            }
+            let [ra, rb, rs] = pointers?;
+            let at = (w.regs.pc - w.rpt_start) as u64 / 8;
+            rounds = rounds.min((len as u64 - at) + (w.rpt_left as u64 - 1) * len as u64);
+            latest = latest.max(w.next_issue);
+            let m = &w.regs.m;
+            streams[k] =
+                Some(Stream { body, reads: [m[ra as usize], m[rb as usize]], store: m[rs as usize] });
+        }
+        // Every issue of the stretch at or before the limit.
+        if latest > limit {
+            return None;
+        }
+        rounds = rounds.min((limit - latest) / BARREL_SLOTS + 1).min(u32::MAX as u64 / 8);
+        if rounds < MIN_ROUNDS {
+            return None;
+        }
+        let bytes = 8 * rounds;
+        let range = |p: u32| (p as u64, p as u64 + bytes);
+        let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
+        let code: [(u64, u64); WORKERS] = core::array::from_fn(|k| {
+            let w = &self.workers[k];
+            if w.running {
+                (w.rpt_start as u64, w.rpt_end as u64)
+            } else {
+                (0, 0)
+            }
+        });
+        for (k, s) in streams.iter().enumerate() {
+            let Some(s) = s else { continue };
+            for p in [s.reads[0], s.reads[1], s.store] {
+                if p % 8 != 0 || !in_tile_memory(p, bytes as u32) {
+                    return None;
+                }
+            }
+            let store = range(s.store);
+            if code.iter().any(|c| overlaps(store, *c)) {
+                return None;
+            }
+            for (j, o) in streams.iter().enumerate() {
+                let Some(o) = o else { continue };
+                if j != k && [o.reads[0], o.reads[1], o.store].iter().any(|p| overlaps(store, range(*p))) {
+                    return None;
+                }
+            }
+        }
+        Some((streams, rounds))
+    }
+}
+
+/// Fills the body slots past the loop's length (never called).
+fn unused(
+    _: &mut Cx<'_>,
+    _: &[u32; MAX_FIELDS],
+    _: &[u32; MAX_FIELDS],
+) -> Result<super::exec::Flow, FaultKind> {
+    Err(FaultKind::WrongContext)
+}
