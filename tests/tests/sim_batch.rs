@@ -11,44 +11,15 @@ use ipu_host::Device;
 
 const MEM: (u32, usize) = (0x4c000, 0xe8000 - 0x4c000);
 
-/// Six workers: worker k streams loads from `x + k·stride`, `pin + k·stride` and stores to
-/// `out + k·stride`, `rows` iterations of four AMP bundles.
+/// `tests/programs/amp_rows.s` with its blanks filled in: worker k streams loads from
+/// `x + k·2^stride_log2`, `pin + …` and stores to `out + …`, `rows` iterations of four bundles.
 fn program(x: u32, pin: u32, out: u32, stride_log2: u32, rows: u32) -> String {
-    format!(
-        "
-main:
-    setzi $m1, weights
-    ldcwei $m1
-    setzi $m0, worker
-    setzi $m1, 0
-    runall $m0, $m1
-    sync 2
-    sync 15
-    halt
-.align 8
-worker:
-    shl $m6, $m0, {stride_log2}
-    setzi $m3, {x:#x}
-    add $m3, $m3, $m6
-    setzi $m4, {pin:#x}
-    add $m4, $m4, $m6
-    setzi $m5, {out:#x}
-    add $m5, $m5, $m6
-    setzi $m2, {rows}
-    ld64pi $a0, $m3, 8
-    ld64pi $a2, $m4, 8
-    nop
-    rpt $m2, 4
-    {{ ld2st64pi $a0, $a2, $a4, $m3, $m4, $m5 ; f16amp $a4, $a2, $a0, 0 }}
-    {{ ld2st64pi $a0, $a2, $a4, $m3, $m4, $m5 ; f16amp $a4, $a2, $a0, 1 }}
-    {{ ld2st64pi $a0, $a2, $a4, $m3, $m4, $m5 ; f16amp $a4, $a2, $a0, 2 }}
-    {{ ld2st64pi $a0, $a2, $a4, $m3, $m4, $m5 ; f16amp $a4, $a2, $a0, 3 }}
-    st64pi $a4, $m5, 8
-    exit
-.align 16
-weights: .space 512
-"
-    )
+    include_str!("../programs/amp_rows.s")
+        .replace("{X}", &format!("{x:#x}"))
+        .replace("{PIN}", &format!("{pin:#x}"))
+        .replace("{OUT}", &format!("{out:#x}"))
+        .replace("{STRIDE}", &stride_log2.to_string())
+        .replace("{ROWS}", &rows.to_string())
 }
 
 /// Runs `src` on `tiles` tiles with tile memory filled from `seed` (f16 values of moderate size

@@ -52,7 +52,6 @@ impl Tile {
     /// Runs as many rounds of the workers' AMP loops as the conditions above allow, at once.
     /// `Ok(false)` when it ran nothing.
     #[inline(never)]
-    #[cold]
     pub(super) fn run_amp_rounds(
         &mut self,
         mem: &mut [u8],
