@@ -25,9 +25,14 @@ fn program(x: u32, pin: u32, out: u32, stride_log2: u32, rows: u32) -> String {
 /// Runs `src` on `tiles` tiles with tile memory filled from `seed` (f16 values of moderate size
 /// in every byte pair), with and without the fast path; returns both outcomes.
 fn both_ways(src: &str, tiles: usize, seed: u64) -> [(String, Vec<u8>, u64); 2] {
+    both_ways_until(src, tiles, seed, u64::MAX)
+}
+
+/// [`both_ways`] with a cycle limit (`max_cycles`).
+fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(String, Vec<u8>, u64); 2] {
     let prog = TileProgram::from_asm(src).expect("assembles");
     [true, false].map(|batching| {
-        let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles: u64::MAX }).expect("device");
+        let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles }).expect("device");
         dev.set_amp_batching(batching);
         let mut z = seed;
         for t in 0..tiles as u16 {
@@ -98,6 +103,15 @@ fn a_loop_that_runs_out_of_memory_faults_at_the_same_cycle() {
     let (out, _) =
         assert_same("past the end", both_ways(&program(0x60000, 0x80000, 0xd0000, 14, 1000), 2, 5));
     assert!(out.starts_with("error"), "{out}");
+}
+
+#[test]
+fn a_cycle_limit_inside_the_loops_stops_both_ways_alike() {
+    // The loops take ~12,000 cycles; the limit falls in the middle of them.
+    let src = program(0x60000, 0x80000, 0xa0000, 14, 500);
+    let (out, batched) = assert_same("limit", both_ways_until(&src, 2, 6, 5_003));
+    assert!(out.starts_with("error"), "{out}");
+    assert!(batched > 0, "the stretch before the limit ran fast");
 }
 
 #[test]
