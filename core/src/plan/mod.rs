@@ -568,8 +568,6 @@ pub const RUNTIME_RESERVE: u64 = 24 * 1024;
 /// Tile bytes the planners may give to buffers (the rest is the runtime's, [`RUNTIME_RESERVE`]).
 pub const BUFFER_BYTES: u64 = crate::target::TILE_MEM_SIZE as u64 - RUNTIME_RESERVE;
 
-/// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
-/// tile needs a handful of symbols however many kernel launches it has.
 /// FNV-1a of a name: a lookup compares one integer per step instead of the names' bytes (names
 /// share long stage prefixes). Only found entries are compared by name, so a collision costs
 /// nothing but a compare.
@@ -577,6 +575,8 @@ fn name_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
+/// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
+/// tile needs a handful of symbols however many kernel launches it has.
 fn merge_descriptors(tile: &mut TilePlan) {
     let total: usize = tile
         .buffers

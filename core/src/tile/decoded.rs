@@ -79,10 +79,7 @@ impl Decoded {
                 main_args: m.args,
                 aux: Some((x.info().exec, x.args)),
                 aux_regs: AuxRegs::of(x),
-                // Only when the aux half's destination pair is not one the main half writes
-                // (its operands 0 and 1): then neither half can see or clash with the other.
-                fused: exec::fused(m.info().mnemonic, x.info().mnemonic)
-                    .filter(|_| x.args[0] & !1 != m.args[0] & !1 && x.args[0] & !1 != m.args[1] & !1),
+                fused: exec::fused(m, x),
                 cost: m.info().cost_of(&m.args).max(x.info().cost_of(&x.args)),
                 len: 8,
                 allowed: [
@@ -129,25 +126,25 @@ impl Decoded {
         let pairs = self.aux_regs.pairs();
         let mut before = [0u64; AuxRegs::PAIRS];
         for (b, &p) in before.iter_mut().zip(pairs) {
-            *b = get_pair(&cx.regs.a, p);
+            *b = exec::read_pair(&cx.regs.a, p as u32);
         }
         (self.main)(cx, &self.main_args)?;
         let mut after_main = [0u64; AuxRegs::PAIRS];
         for ((m, b), &p) in after_main.iter_mut().zip(before).zip(pairs) {
-            *m = get_pair(&cx.regs.a, p);
-            set_pair(&mut cx.regs.a, p, b);
+            *m = exec::read_pair(&cx.regs.a, p as u32);
+            exec::write_pair(&mut cx.regs.a, p as u32, b);
         }
         aux(cx, aux_args)?;
         let mut clash = false;
         for ((m, b), &p) in after_main.iter().zip(before).zip(pairs) {
-            let x = get_pair(&cx.regs.a, p);
+            let x = exec::read_pair(&cx.regs.a, p as u32);
             // Per 32-bit register: all ones where the aux half changed it.
             let lo = if x as u32 != b as u32 { 0xFFFF_FFFFu64 } else { 0 };
             let hi = if (x >> 32) != (b >> 32) { 0xFFFF_FFFF_0000_0000u64 } else { 0 };
             let aux_wrote = lo | hi;
             // A clash: a register both halves changed.
             clash |= aux_wrote & (m ^ b) != 0;
-            set_pair(&mut cx.regs.a, p, (x & aux_wrote) | (m & !aux_wrote));
+            exec::write_pair(&mut cx.regs.a, p as u32, (x & aux_wrote) | (m & !aux_wrote));
         }
         if clash {
             return Err(FaultKind::BadOperand("both halves of a bundle write the same register"));
@@ -186,24 +183,6 @@ impl AuxRegs {
     fn pairs(&self) -> &[u8] {
         &self.pairs[..self.len as usize]
     }
-}
-
-/// `$a{p}:{p+1}` as one 64-bit value (`p` even and below 16).
-#[inline(always)]
-fn get_pair(a: &[u32; 16], p: u8) -> u64 {
-    let i = (p & 14) as usize;
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&a[i].to_le_bytes());
-    b[4..].copy_from_slice(&a[i + 1].to_le_bytes());
-    u64::from_le_bytes(b)
-}
-
-/// Writes `$a{p}:{p+1}` as one 64-bit store.
-#[inline(always)]
-fn set_pair(a: &mut [u32; 16], p: u8, v: u64) {
-    let i = (p & 14) as usize;
-    let pair: &mut [u32; 2] = (&mut a[i..i + 2]).try_into().expect("two registers");
-    *pair = [v as u32, (v >> 32) as u32];
 }
 
 /// A tile's cache of decoded issue units.

@@ -4,7 +4,7 @@
 use super::{mem, FaultKind, Regs, Shared, TileBus, WorkerFp};
 use crate::f16bits;
 use crate::fp8::{self, Fp8Format};
-use crate::isa::MAX_FIELDS;
+use crate::isa::{Instr, MAX_FIELDS};
 use crate::target::{csr, CWEI_BYTES};
 use half::f16;
 
@@ -71,26 +71,16 @@ impl Cx<'_> {
             self.regs.m[r as usize] = v;
         }
     }
-    /// A pair register (`$a{r}:{r+1}`, `r` even: the encoding stores `r / 2`, isa::code). Read
-    /// and written as one 64-bit access: two 32-bit stores followed by a 64-bit load of the same
-    /// bytes cannot be forwarded by the host CPU and stall every AMP bundle that reads a pair the
-    /// bundle before it loaded.
+    /// A pair register (`$a{r}:{r+1}`, `r` even: the encoding stores `r / 2`, isa::code).
     #[inline(always)]
     fn pair(&self, r: u32) -> u64 {
         debug_assert!(r.is_multiple_of(2) && r < 16);
-        let i = (r & 14) as usize;
-        let mut b = [0u8; 8];
-        b[..4].copy_from_slice(&self.regs.a[i].to_le_bytes());
-        b[4..].copy_from_slice(&self.regs.a[i + 1].to_le_bytes());
-        u64::from_le_bytes(b)
+        read_pair(&self.regs.a, r)
     }
     #[inline(always)]
     fn set_pair(&mut self, r: u32, v: u64) {
         debug_assert!(r.is_multiple_of(2) && r < 16);
-        let i = (r & 14) as usize;
-        let [lo, hi]: [u32; 2] = [v as u32, (v >> 32) as u32];
-        let pair: &mut [u32; 2] = (&mut self.regs.a[i..i + 2]).try_into().expect("two registers");
-        *pair = [lo, hi];
+        write_pair(&mut self.regs.a, r, v);
     }
     fn af(&self, r: u32) -> f32 {
         f32::from_bits(self.regs.a[r as usize])
@@ -101,6 +91,26 @@ impl Cx<'_> {
     fn worker_fp(&mut self) -> Result<&mut WorkerFp, FaultKind> {
         self.fp.as_deref_mut().ok_or(FaultKind::WrongContext)
     }
+}
+
+/// `$a{r & 14}:{(r & 14) + 1}` as one 64-bit value. Pairs are read and written as one 64-bit
+/// access: two 32-bit stores followed by a 64-bit load of the same bytes cannot be forwarded by
+/// the host CPU and stall every AMP bundle that reads a pair the bundle before it loaded.
+#[inline(always)]
+pub(crate) fn read_pair(a: &[u32; 16], r: u32) -> u64 {
+    let i = (r & 14) as usize;
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&a[i].to_le_bytes());
+    b[4..].copy_from_slice(&a[i + 1].to_le_bytes());
+    u64::from_le_bytes(b)
+}
+
+/// Writes `$a{r & 14}:{(r & 14) + 1}` as one 64-bit store ([`read_pair`]).
+#[inline(always)]
+pub(crate) fn write_pair(a: &mut [u32; 16], r: u32, v: u64) {
+    let i = (r & 14) as usize;
+    let pair: &mut [u32; 2] = (&mut a[i..i + 2]).try_into().expect("two registers");
+    *pair = [v as u32, (v >> 32) as u32];
 }
 
 /// The four f16 lanes of a register pair, as f32 values.
@@ -590,14 +600,19 @@ fn ld2st64pi_amp<const KIND: u8>(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux:
     amp_on(cx, aux, pin, x, kind)
 }
 
-/// The fused form of the bundle `{main ; aux}` when there is one (`main`, `aux` mnemonics).
-pub(crate) fn fused(main: &str, aux: &str) -> Option<FusedFn> {
-    match (main, aux) {
-        ("ld2st64pi", "f16amp") => Some(ld2st64pi_amp::<0>),
-        ("ld2st64pi", "f32amp") => Some(ld2st64pi_amp::<1>),
-        ("ld2st64pi", "f8amp") => Some(ld2st64pi_amp::<2>),
-        _ => None,
-    }
+/// The fused form of the bundle `{main ; aux}` when there is one: `{ld2st64pi ; AMP}` whose AMP
+/// destination pair (its operand 0) is neither pair `ld2st64pi` loads (its operands 0 and 1), so
+/// that neither half can see or clash with the other's writes.
+pub(crate) fn fused(main: &Instr, aux: &Instr) -> Option<FusedFn> {
+    let f: FusedFn = match (main.info().mnemonic, aux.info().mnemonic) {
+        ("ld2st64pi", "f16amp") => ld2st64pi_amp::<0>,
+        ("ld2st64pi", "f32amp") => ld2st64pi_amp::<1>,
+        ("ld2st64pi", "f8amp") => ld2st64pi_amp::<2>,
+        _ => return None,
+    };
+    let pair = |r: u32| r & !1;
+    let disjoint = pair(aux.args[0]) != pair(main.args[0]) && pair(aux.args[0]) != pair(main.args[1]);
+    disjoint.then_some(f)
 }
 
 pub(crate) fn f16amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
