@@ -1,6 +1,6 @@
 //! Stretches of the workers' AMP loops run one worker at a time, when that cannot change anything.
 //!
-//! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` bundles (`exec::fused`), run
+//! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` bundles (`amp::fused`), run
 //! by every worker on its own rows while the supervisor cannot issue. The barrel interleaves the
 //! workers one issue each. The order of their issues matters only through state that two of them
 //! share:

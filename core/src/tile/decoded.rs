@@ -7,6 +7,7 @@
 //! (by stores and by the exchange), so the words at `pc` are read on every fetch and compared with
 //! the words the entry was decoded from. Code that rewrites itself runs exactly as before.
 
+use super::amp::{self, AmpKernels};
 use super::exec::{self, Cx, ExecFn, Flow};
 use super::{mem, FaultKind};
 use crate::isa::{decode, decode_bundle, Ctx, Instr, Issue, Kind, COISSUE_BIT, MAX_FIELDS};
@@ -29,7 +30,7 @@ pub struct Decoded {
     aux: Option<(ExecFn, [u32; MAX_FIELDS])>,
     /// The `$a` registers the aux half's operands name (the only ones it reads or writes).
     aux_regs: AuxRegs,
-    /// Both halves as one function, for the bundles that have one (`exec::fused`).
+    /// Both halves as one function, for the bundles that have one (`amp::fused`).
     fused: Option<exec::FusedFn>,
     /// Cost in issues (the larger half's for a bundle).
     pub cost: u32,
@@ -53,7 +54,7 @@ impl Decoded {
         allowed: [false, false],
     };
 
-    fn new(pc: u32, words: [u32; 2], issue: &Issue) -> Self {
+    fn new(pc: u32, words: [u32; 2], issue: &Issue, kernels: &AmpKernels) -> Self {
         let allowed = |i: &Instr, ctx: Ctx| {
             let c = i.info().ctx;
             c == Ctx::Any || c == ctx
@@ -79,7 +80,7 @@ impl Decoded {
                 main_args: m.args,
                 aux: Some((x.info().exec, x.args)),
                 aux_regs: AuxRegs::of(x),
-                fused: exec::fused(m, x),
+                fused: amp::fused(m, x, kernels),
                 cost: m.info().cost_of(&m.args).max(x.info().cost_of(&x.args)),
                 len: 8,
                 allowed: [
@@ -90,7 +91,7 @@ impl Decoded {
         }
     }
 
-    /// The fused `{ld2st64pi ; AMP}` form of this bundle (the only fused form, `exec::fused`):
+    /// The fused `{ld2st64pi ; AMP}` form of this bundle (the only fused form, `amp::fused`):
     /// the function, the main half's operands and the AMP's.
     pub(super) fn fused_amp(&self) -> Option<(exec::FusedFn, [u32; MAX_FIELDS], [u32; MAX_FIELDS])> {
         Some((self.fused?, self.main_args, self.aux.as_ref()?.1))
@@ -189,15 +190,22 @@ impl AuxRegs {
 #[derive(Clone)]
 pub struct DecodeCache {
     entries: [Decoded; ENTRIES],
+    /// The fused AMP bundles' functions (`amp::AmpKernels`: the host may supply faster ones).
+    kernels: AmpKernels,
 }
 
 impl Default for DecodeCache {
     fn default() -> Self {
-        DecodeCache { entries: [Decoded::EMPTY; ENTRIES] }
+        DecodeCache { entries: [Decoded::EMPTY; ENTRIES], kernels: AmpKernels::PORTABLE }
     }
 }
 
 impl DecodeCache {
+    /// Use `kernels` for the fused AMP bundles from now on (entries decoded before are dropped).
+    pub fn set_amp_kernels(&mut self, kernels: AmpKernels) {
+        *self = DecodeCache { entries: [Decoded::EMPTY; ENTRIES], kernels };
+    }
+
     /// The issue unit at `pc`, decoded (from the cache when the words in memory are the words it
     /// was decoded from). Faults as docs/target.md §2 and §7 say a fetch faults.
     #[inline(always)]
@@ -221,7 +229,7 @@ impl DecodeCache {
         } else {
             Issue::Single(first)
         };
-        self.entries[slot] = Decoded::new(pc, [w0, w1], &issue);
+        self.entries[slot] = Decoded::new(pc, [w0, w1], &issue, &self.kernels);
         Ok(&self.entries[slot])
     }
 }
@@ -284,7 +292,7 @@ mod tests {
         assert!(faults > 100 && clashes > 20 && faults < 2500, "{faults} faults, {clashes} clashes");
     }
 
-    /// The fused `{ld2st64pi ; AMP}` bundles (`exec::fused`) follow the rule too: with every `$m`
+    /// The fused `{ld2st64pi ; AMP}` bundles (`amp::fused`) follow the rule too: with every `$m`
     /// register an address, most run without a fault, and the fused function is the one taken
     /// unless the AMP writes a pair `ld2st64pi` loads (then the general path, and a clash).
     #[test]
@@ -366,7 +374,12 @@ mod tests {
                     pc: TILE_MEM_BASE,
                 };
                 let r = if decoded {
-                    let d = Decoded::new(TILE_MEM_BASE, [w0, w1], &Issue::Bundle(main, aux));
+                    let d = Decoded::new(
+                        TILE_MEM_BASE,
+                        [w0, w1],
+                        &Issue::Bundle(main, aux),
+                        &AmpKernels::PORTABLE,
+                    );
                     fused += d.fused.is_some() as u32;
                     d.execute(&mut cx, 1)
                 } else {

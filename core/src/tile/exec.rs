@@ -4,7 +4,7 @@
 use super::{mem, FaultKind, Regs, Shared, TileBus, WorkerFp};
 use crate::f16bits;
 use crate::fp8::{self, Fp8Format};
-use crate::isa::{Instr, MAX_FIELDS};
+use crate::isa::MAX_FIELDS;
 use crate::target::{csr, CWEI_BYTES};
 use half::f16;
 
@@ -73,12 +73,12 @@ impl Cx<'_> {
     }
     /// A pair register (`$a{r}:{r+1}`, `r` even: the encoding stores `r / 2`, isa::code).
     #[inline(always)]
-    fn pair(&self, r: u32) -> u64 {
+    pub(super) fn pair(&self, r: u32) -> u64 {
         debug_assert!(r.is_multiple_of(2) && r < 16);
         read_pair(&self.regs.a, r)
     }
     #[inline(always)]
-    fn set_pair(&mut self, r: u32, v: u64) {
+    pub(super) fn set_pair(&mut self, r: u32, v: u64) {
         debug_assert!(r.is_multiple_of(2) && r < 16);
         write_pair(&mut self.regs.a, r, v);
     }
@@ -115,12 +115,12 @@ pub(crate) fn write_pair(a: &mut [u32; 16], r: u32, v: u64) {
 
 /// The four f16 lanes of a register pair, as f32 values.
 #[inline(always)]
-fn halves(v: u64) -> [f32; 4] {
+pub(super) fn halves(v: u64) -> [f32; 4] {
     f16bits::to_f32x4(v)
 }
 /// Four f32 values rounded to f16 lanes of a register pair.
 #[inline(always)]
-fn from_halves(h: [f32; 4]) -> u64 {
+pub(super) fn from_halves(h: [f32; 4]) -> u64 {
     pack_halves([
         f16bits::from_f32(h[0]),
         f16bits::from_f32(h[1]),
@@ -133,7 +133,7 @@ fn pack_halves(h: [u16; 4]) -> u64 {
     h[0] as u64 | (h[1] as u64) << 16 | (h[2] as u64) << 32 | (h[3] as u64) << 48
 }
 
-type R = Result<Flow, FaultKind>;
+pub(super) type R = Result<Flow, FaultKind>;
 
 // ---- system and exchange ----------------------------------------------------------------
 
@@ -459,10 +459,10 @@ macro_rules! pairop {
         }
     };
 }
-fn floats(v: u64) -> [f32; 2] {
+pub(super) fn floats(v: u64) -> [f32; 2] {
     [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)]
 }
-fn from_floats(f: [f32; 2]) -> u64 {
+pub(super) fn from_floats(f: [f32; 2]) -> u64 {
     f[0].to_bits() as u64 | (f[1].to_bits() as u64) << 32
 }
 pairop!(f32v2add, floats, from_floats, |x, y| x + y);
@@ -504,123 +504,5 @@ pub(crate) fn f16v4tof8(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     Ok(Flow::Next)
 }
 
-// ---- AMP (docs/target.md §4.4) ------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum AmpKind {
-    F16,
-    F32,
-    F8,
-}
-
-/// Inlined into each of `f16amp`, `f32amp` and `f8amp`, so `kind` is a constant in each.
-#[inline(always)]
-fn amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], kind: AmpKind) -> R {
-    let (pin, x) = (cx.pair(a[1]), cx.pair(a[2]));
-    amp_on(cx, a, pin, x, kind)
-}
-
-/// The AMP half with its register operands already read (`pin`, `x`).
-#[inline(always)]
-fn amp_on(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], pin: u64, x: u64, kind: AmpKind) -> R {
-    let p = a[3] as usize;
-    let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
-    let fp = cx.fp.as_deref_mut().ok_or(FaultKind::WrongContext)?;
-    let cwei = &cx.shared.cwei_f32;
-    if p == 0 {
-        fp.drain = fp.aacc;
-        fp.aacc = [0.0; 16];
-    }
-    let out = match kind {
-        AmpKind::F32 => from_floats([fp.drain[2 * p], fp.drain[2 * p + 1]]),
-        _ => {
-            let d = &fp.drain[4 * p..4 * p + 4];
-            from_halves([d[0], d[1], d[2], d[3]])
-        }
-    };
-    match kind {
-        AmpKind::F32 => {
-            let [a0, a1] = floats(pin);
-            fp.aacc[2 * p] += a0;
-            fp.aacc[2 * p + 1] += a1;
-        }
-        _ => {
-            for (i, h) in halves(pin).iter().enumerate() {
-                fp.aacc[4 * p + i] += h;
-            }
-        }
-    }
-    match kind {
-        AmpKind::F16 => amp_f16_columns::<16>(&mut fp.aacc, halves(x), &cwei.f16[64 * p..]),
-        AmpKind::F32 => amp_f16_columns::<8>(&mut fp.aacc, halves(x), &cwei.f16[32 * p..]),
-        AmpKind::F8 => {
-            let fx = Fp8Format::from_bit(infmt);
-            let w = &cwei.f8[((infmt >> 1) & 1) as usize];
-            let scale = fp8::scale_from_bits(iscl);
-            let xs: [f32; 8] = core::array::from_fn(|k| fp8::to_f32((x >> (8 * k)) as u8, fx));
-            for n in 0..16 {
-                let pr: [f32; 8] = core::array::from_fn(|k| xs[k] * w[(8 * p + k) * 16 + n]);
-                let s = ((pr[0] + pr[1]) + (pr[2] + pr[3])) + ((pr[4] + pr[5]) + (pr[6] + pr[7]));
-                fp.aacc[n] += fp8::scale_pow2(s, scale);
-            }
-        }
-    }
-    cx.set_pair(a[0], out);
-    Ok(Flow::Next)
-}
-/// `acc[n] += (x0·w[0][n] + x1·w[1][n]) + (x2·w[2][n] + x3·w[3][n])` for the first `COLS`
-/// columns, weights `w[k][n]` at `w[k·COLS + n]`: fixed sizes so the compiler vectorises it.
-#[inline(always)]
-fn amp_f16_columns<const COLS: usize>(acc: &mut [f32; 16], xs: [f32; 4], w: &[f32]) {
-    let w = &w[..4 * COLS];
-    let (w0, rest) = w.split_at(COLS);
-    let (w1, rest) = rest.split_at(COLS);
-    let (w2, w3) = rest.split_at(COLS);
-    for n in 0..COLS {
-        acc[n] += (xs[0] * w0[n] + xs[1] * w1[n]) + (xs[2] * w2[n] + xs[3] * w3[n]);
-    }
-}
-/// A bundle's two halves executed as one function: `{main ; aux}` with the main half's and the
-/// aux half's operands.
-pub type FusedFn = fn(&mut Cx<'_>, &[u32; MAX_FIELDS], &[u32; MAX_FIELDS]) -> R;
-
-/// `{ ld2st64pi ; AMP }`, the matmul inner loop's bundle, for a decoded pair whose AMP writes a
-/// register pair `ld2st64pi` does not (the decoder checks, `Decoded::new`). Both halves read the
-/// registers as they were before the bundle (docs/target.md §4.1): the AMP's only register reads,
-/// `pin` and `x`, are taken first; the main half then runs as it would alone, and the AMP last.
-/// The two write disjoint registers, so there is nothing to set aside or merge and no clash.
-fn ld2st64pi_amp<const KIND: u8>(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
-    let (pin, x) = (cx.pair(aux[1]), cx.pair(aux[2]));
-    ld2st64pi(cx, main)?;
-    let kind = match KIND {
-        0 => AmpKind::F16,
-        1 => AmpKind::F32,
-        _ => AmpKind::F8,
-    };
-    amp_on(cx, aux, pin, x, kind)
-}
-
-/// The fused form of the bundle `{main ; aux}` when there is one: `{ld2st64pi ; AMP}` whose AMP
-/// destination pair (its operand 0) is neither pair `ld2st64pi` loads (its operands 0 and 1), so
-/// that neither half can see or clash with the other's writes.
-pub(crate) fn fused(main: &Instr, aux: &Instr) -> Option<FusedFn> {
-    let f: FusedFn = match (main.info().mnemonic, aux.info().mnemonic) {
-        ("ld2st64pi", "f16amp") => ld2st64pi_amp::<0>,
-        ("ld2st64pi", "f32amp") => ld2st64pi_amp::<1>,
-        ("ld2st64pi", "f8amp") => ld2st64pi_amp::<2>,
-        _ => return None,
-    };
-    let pair = |r: u32| r & !1;
-    let disjoint = pair(aux.args[0]) != pair(main.args[0]) && pair(aux.args[0]) != pair(main.args[1]);
-    disjoint.then_some(f)
-}
-
-pub(crate) fn f16amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
-    amp(cx, a, AmpKind::F16)
-}
-pub(crate) fn f32amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
-    amp(cx, a, AmpKind::F32)
-}
-pub(crate) fn f8amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
-    amp(cx, a, AmpKind::F8)
-}
+pub use super::amp::FusedFn;
+pub(crate) use super::amp::{f16amp, f32amp, f8amp};

@@ -1,6 +1,7 @@
 //! One tile: contexts, barrel scheduling and fetch (docs/target.md §3). The semantics of each
 //! instruction are in [`exec`], referenced from the ISA table.
 
+pub mod amp;
 mod batch;
 mod decoded;
 pub mod exec;
@@ -205,6 +206,12 @@ impl Tile {
             batch_retries: 0,
             batched: 0,
         }
+    }
+
+    /// Run the fused AMP bundles with `kernels` (`amp::AmpKernels`; the specification's unless
+    /// the host supplies faster ones with the same results).
+    pub fn set_amp_kernels(&mut self, kernels: amp::AmpKernels) {
+        self.decoded.set_amp_kernels(kernels);
     }
 
     /// Release the supervisor from an internal/host sync: its next issue is at `cycle`.

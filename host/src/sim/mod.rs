@@ -1,11 +1,14 @@
 //! The simulator device: all tiles of a Mk2 chip (or fewer), run in parallel between syncs, with
 //! the cycle-exact exchange and sync semantics of `docs/target.md`.
 
+#[cfg(target_arch = "x86_64")]
+mod amp_x86;
 pub mod fabric;
 
 use crate::device::{Device, DeviceError, RunReport, StopState};
 use fabric::TileLog;
 use ipu_core::target::{zone, NUM_TILES, SYNC_CYCLES, TILE_MEM_BASE, TILE_MEM_SIZE};
+use ipu_core::tile::amp::AmpKernels;
 use ipu_core::tile::{Stop, SupState, Tile};
 use rayon::prelude::*;
 
@@ -41,6 +44,17 @@ pub struct SimDevice {
     pub exchanged_words: u64,
     /// Whether loaded tiles may run AMP loops a stretch at a time (`set_amp_batching`).
     amp_batching: bool,
+    /// The fused AMP bundles' functions the tiles use (`set_portable_amp`).
+    amp_kernels: AmpKernels,
+}
+
+/// The fastest AMP kernels this host has: AVX2 + F16C where the CPU has them (`amp_x86.rs`), else
+/// the specification's.
+fn host_amp_kernels() -> AmpKernels {
+    #[cfg(target_arch = "x86_64")]
+    return amp_x86::kernels();
+    #[cfg(not(target_arch = "x86_64"))]
+    AmpKernels::PORTABLE
 }
 
 impl std::fmt::Debug for SimDevice {
@@ -60,9 +74,15 @@ impl SimDevice {
             .build()
             .map_err(|e| DeviceError::Unavailable(format!("thread pool: {e}")))?;
         let n = cfg.tiles;
+        let amp_kernels = host_amp_kernels();
+        let tile = |t: usize| {
+            let mut tile = Box::new(Tile::new(t as u16, TILE_MEM_BASE));
+            tile.set_amp_kernels(amp_kernels);
+            tile
+        };
         Ok(SimDevice {
             pool,
-            tiles: (0..n).map(|t| Box::new(Tile::new(t as u16, TILE_MEM_BASE))).collect(),
+            tiles: (0..n).map(tile).collect(),
             mems: (0..n).map(|_| vec![0u8; TILE_MEM_SIZE]).collect(),
             logs: vec![TileLog::default(); n],
             loaded: vec![false; n],
@@ -71,6 +91,7 @@ impl SimDevice {
             config_writes: Vec::new(),
             exchanged_words: 0,
             amp_batching: true,
+            amp_kernels,
             cfg,
         })
     }
@@ -81,6 +102,15 @@ impl SimDevice {
         self.amp_batching = on;
         for t in self.tiles.iter_mut() {
             t.batching = on;
+        }
+    }
+
+    /// Whether the fused AMP bundles run the specification's portable code (`true`) or the
+    /// fastest this host has (the default; the same results, `amp_x86.rs`). Tests compare the two.
+    pub fn set_portable_amp(&mut self, portable: bool) {
+        self.amp_kernels = if portable { AmpKernels::PORTABLE } else { host_amp_kernels() };
+        for t in self.tiles.iter_mut() {
+            t.set_amp_kernels(self.amp_kernels);
         }
     }
 
@@ -174,6 +204,7 @@ impl Device for SimDevice {
         let t = self.check_tile(tile)?;
         *self.tiles[t] = Tile::new(tile, entry);
         self.tiles[t].batching = self.amp_batching;
+        self.tiles[t].set_amp_kernels(self.amp_kernels);
         self.loaded[t] = true;
         Ok(())
     }
