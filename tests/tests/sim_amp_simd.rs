@@ -13,8 +13,6 @@ use ipu_host::sim::{SimConfig, SimDevice};
 use ipu_host::Device;
 
 const MEM: (u32, usize) = (0x4c000, 0xe8000 - 0x4c000);
-/// Where `amp_rows.s` keeps the AMP weights (`.org 0x5f000`).
-const WEIGHTS: u32 = 0x5f000;
 
 /// `tests/programs/amp_rows.s` with its blanks filled in and its AMP made `amp`.
 fn program(amp: &str, stride_log2: u32, rows: u32) -> String {
@@ -66,7 +64,7 @@ fn both_kernels(src: &str, tiles: usize, fill: Fill, seed: u64) -> [(String, Vec
             dev.write_memory(t, MEM.0, &bytes).expect("fill");
             dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
             // The program's `weights: .space 512` was loaded as zeros over the fill: fill it too.
-            dev.write_memory(t, WEIGHTS, &bytes[..512]).expect("weights");
+            dev.write_memory(t, prog.sym("weights"), &bytes[..512]).expect("weights");
         }
         let outcome = match dev.run_to_host_sync() {
             Ok(r) => format!("{:?} cycles={} issued={}", r.state, r.cycles, r.issued),

@@ -1,9 +1,10 @@
 //! The simulator's AMP-loop fast path (`core/src/tile/batch.rs`) leaves exactly the state the
 //! issue-by-issue path leaves: every program here runs both ways and the whole tile memory,
 //! cycles, issue counts and faults are compared. The programs are six workers streaming
-//! `{ld2st64pi ; f16amp}` loops over rows that are disjoint, that overlap (the fast path must
-//! refuse), or that run out of tile memory (a fault, at the same cycle either way), and a
-//! compiled matmul whose workers' scratch areas touch their neighbours' rows.
+//! `{ld2st64pi ; f16amp}` loops over rows that are disjoint (run one worker at a time), that
+//! overlap (run round by round in the barrel's order: never one worker at a time), or that run out
+//! of tile memory (the fast path refuses: a fault, at the same cycle either way), and a compiled
+//! matmul whose workers' scratch areas touch their neighbours' rows.
 
 use ipu_host::program::TileProgram;
 use ipu_host::sim::{SimConfig, SimDevice};
@@ -24,12 +25,12 @@ fn program(x: u32, pin: u32, out: u32, stride_log2: u32, rows: u32) -> String {
 
 /// Runs `src` on `tiles` tiles with tile memory filled from `seed` (f16 values of moderate size
 /// in every byte pair), with and without the fast path; returns both outcomes.
-fn both_ways(src: &str, tiles: usize, seed: u64) -> [(String, Vec<u8>, u64); 2] {
+fn both_ways(src: &str, tiles: usize, seed: u64) -> [(String, Vec<u8>, [u64; 2]); 2] {
     both_ways_until(src, tiles, seed, u64::MAX)
 }
 
 /// [`both_ways`] with a cycle limit (`max_cycles`).
-fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(String, Vec<u8>, u64); 2] {
+fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(String, Vec<u8>, [u64; 2]); 2] {
     let prog = TileProgram::from_asm(src).expect("assembles");
     [true, false].map(|batching| {
         let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles }).expect("device");
@@ -47,6 +48,9 @@ fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(Str
                 .collect();
             dev.write_memory(t, MEM.0, &fill).expect("fill");
             dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
+            // The program's `weights: .space 512` was loaded as zeros over the fill: fill it too,
+            // so that what a bundle loads reaches its results.
+            dev.write_memory(t, prog.sym("weights"), &fill[..512]).expect("weights");
         }
         let outcome = match dev.run_to_host_sync() {
             Ok(r) => format!("{:?} cycles={} issued={}", r.state, r.cycles, r.issued),
@@ -59,25 +63,28 @@ fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(Str
             mem.extend(m);
         }
         let batched = (0..tiles as u16).map(|t| dev.tile(t).batched).sum();
-        (outcome, mem, batched)
+        let interleaved = (0..tiles as u16).map(|t| dev.tile(t).interleaved).sum();
+        (outcome, mem, [batched, interleaved])
     })
 }
 
-/// Asserts both runs ended alike; returns the outcome and how many issues the fast path ran.
-fn assert_same(what: &str, [fast, slow]: [(String, Vec<u8>, u64); 2]) -> (String, u64) {
+/// Asserts both runs ended alike; returns the outcome and how many issues the fast path ran, and
+/// how many of those it ran interleaved.
+fn assert_same(what: &str, [fast, slow]: [(String, Vec<u8>, [u64; 2]); 2]) -> (String, [u64; 2]) {
     assert_eq!(fast.0, slow.0, "{what}: outcome");
     let differ = fast.1.iter().zip(&slow.1).position(|(a, b)| a != b);
     assert_eq!(differ, None, "{what}: memory differs at byte {differ:?}");
-    assert_eq!(slow.2, 0, "{what}: the fast path ran while turned off");
+    assert_eq!(slow.2, [0, 0], "{what}: the fast path ran while turned off");
     (fast.0, fast.2)
 }
 
 #[test]
 fn disjoint_rows_give_the_same_state() {
     // 16 KiB per worker and stream: x 0x60000.., pin 0x80000.., out 0xa0000...
-    let (out, batched) =
+    let (out, [batched, interleaved]) =
         assert_same("disjoint", both_ways(&program(0x60000, 0x80000, 0xa0000, 14, 500), 3, 1));
     assert!(out.starts_with("HostSync"), "{out}");
+    assert_eq!(interleaved, 0, "disjoint rows ran interleaved");
     // Nearly all of 3 tiles × 6 workers × 2000 bundles ran in stretches.
     assert!(batched > 3 * 6 * 1900, "{batched} issues batched");
 }
@@ -85,15 +92,22 @@ fn disjoint_rows_give_the_same_state() {
 #[test]
 fn overlapping_rows_give_the_same_state() {
     // Every worker on the same rows, and stores 8 KiB apart over 16 KiB streams.
-    // The fast path must refuse each of these: every issue goes the ordinary way.
+    // No worker may run alone through any of these: the fast path runs them in the barrel's order.
     let cases = [
-        ("same rows", program(0x60000, 0x80000, 0xa0000, 0, 500)),
+        ("same rows", include_str!("../programs/amp_shared.s").to_string()),
+        ("rows 8 bytes apart", program(0x60000, 0x80000, 0xa0000, 3, 500)),
         ("overlapping", program(0x60000, 0x80000, 0xa0000, 13, 500)),
         ("into inputs", program(0x60000, 0x80000, 0x62000, 14, 500)),
+        // Worker k stores, in each round, the partial sums worker k + 1 loads in the same round (its loads
+        // run one element ahead of its stores, hence the 8): the
+        // order of the workers within a round decides what is read.
+        ("into the next worker's inputs", program(0x60000, 0x80000, 0x84008, 14, 500)),
     ];
     for (i, (what, src)) in cases.iter().enumerate() {
-        let (_, batched) = assert_same(what, both_ways(src, 2, 2 + i as u64));
-        assert_eq!(batched, 0, "{what}");
+        let (out, [batched, interleaved]) = assert_same(what, both_ways(src, 2, 2 + i as u64));
+        assert!(out.starts_with("HostSync"), "{what}: {out}");
+        assert!(batched > 2 * 6 * 1900, "{what}: {batched} issues batched");
+        assert_eq!(interleaved, batched, "{what}: some worker ran alone");
     }
 }
 
@@ -109,7 +123,7 @@ fn a_loop_that_runs_out_of_memory_faults_at_the_same_cycle() {
 fn a_cycle_limit_inside_the_loops_stops_both_ways_alike() {
     // The loops take ~12,000 cycles; the limit falls in the middle of them.
     let src = program(0x60000, 0x80000, 0xa0000, 14, 500);
-    let (out, batched) = assert_same("limit", both_ways_until(&src, 2, 6, 5_003));
+    let (out, [batched, _]) = assert_same("limit", both_ways_until(&src, 2, 6, 5_003));
     assert!(out.starts_with("error"), "{out}");
     assert!(batched > 0, "the stretch before the limit ran fast");
 }

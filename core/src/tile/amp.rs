@@ -15,6 +15,7 @@ use super::exec::{floats, from_floats, from_halves, halves, ld2st64pi, Cx, Flow,
 use super::FaultKind;
 use crate::fp8::{self, Fp8Format};
 use crate::isa::{Instr, MAX_FIELDS};
+use crate::target::TILE_MEM_BASE;
 
 /// The arithmetic of one f16- or f32-partials AMP issue in phase `p` (0..=3), after the phase-0
 /// drain (docs/target.md §4.4): the partial sums `pin` enter the accumulators of the phase's
@@ -28,6 +29,11 @@ pub trait AmpMath {
     /// `f32amp`: `acc[2p + i] += pin[i]` (two f32 lanes), then the same sums for 8 columns
     /// (`w[8k + n]`); returns `drain[2p..2p + 2]` as two f32 lanes.
     fn f32_phase(acc: &mut [f32; 16], drain: &[f32; 16], p: usize, pin: u64, x: u64, w: &[f32; 32]) -> u64;
+    /// A hint that the streams at tile-memory offsets `at` (the bundle's two loads and its store)
+    /// will be read and written further on: a host may ask its caches for them early. It changes
+    /// nothing else; the default does nothing.
+    #[inline(always)]
+    fn prefetch(_mem: &[u8], _at: [u32; 3]) {}
 }
 
 /// The specification, in plain scalar code the compiler vectorises as far as the target allows.
@@ -187,6 +193,8 @@ pub fn ld2st64pi_amp<M: AmpMath, const KIND: u8>(
     aux: &[u32; MAX_FIELDS],
 ) -> R {
     let (pin, x) = (cx.pair(aux[1]), cx.pair(aux[2]));
+    let at = [3, 4, 5].map(|i| cx.regs.m[main[i] as usize & 15].wrapping_sub(TILE_MEM_BASE));
+    M::prefetch(cx.mem, at);
     ld2st64pi(cx, main)?;
     amp_on::<M>(cx, aux, pin, x, AmpKind::of(KIND))
 }

@@ -1,27 +1,32 @@
-//! Stretches of the workers' AMP loops run one worker at a time, when that cannot change anything.
+//! Stretches of the workers' AMP loops run at once, without the scheduler, when that cannot change
+//! anything.
 //!
 //! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` bundles (`amp::fused`), run
-//! by every worker on its own rows while the supervisor cannot issue. The barrel interleaves the
-//! workers one issue each. The order of their issues matters only through state that two of them
-//! share:
-//! - Tile memory. A bundle loads 8 bytes at each of two pointers and stores 8 bytes at a third,
-//!   all three advancing by 8, so W bundles read and write three known ranges.
-//! - The weight store and the FP CSRs. The AMP only reads them, and only the supervisor writes
-//!   them, and it cannot issue.
-//! - The code. A store into an `rpt` body would change what is fetched.
+//! by every worker while the supervisor cannot issue. Every such bundle costs 1, so the barrel
+//! gives each running worker one issue per turn, in the order of their slots. A bundle loads 8
+//! bytes at each of two pointers and stores 8 bytes at a third, all three advancing by 8, so W
+//! rounds read and write three known ranges per worker. Besides memory, the workers share only
+//! the weight store and the FP CSRs, which the AMP reads and only the supervisor writes, and the
+//! code, which a store into an `rpt` body would change.
 //!
-//! So when, for the next W rounds, no worker's stores touch another worker's loads or stores, or
-//! any body being run, and every access is aligned and inside tile memory (no fault can happen),
-//! running worker 0's W bundles, then worker 1's, and so on leaves exactly the state the
-//! interleaved order leaves. That covers registers, accumulators, memory, issue counts and
-//! cycles: every bundle costs 1, so a worker issues every 6 cycles either way. Anything else —
-//! overlapping ranges, a pointer register shared by two streams or `$m15`, a body with another
-//! bundle, a cycle limit inside the stretch — leaves the ordinary issue-by-issue path in charge.
+//! So when, for the next W rounds, every access is aligned and inside tile memory (no fault can
+//! happen) and no store reaches a body being run, the rounds run here:
+//! - worker by worker (worker 0's W bundles, then worker 1's, …) when no worker's stores touch
+//!   another worker's loads or stores: the order of their issues cannot matter then, and one
+//!   stream at a time stays in the host's caches;
+//! - otherwise round by round, each round in the barrel's order (the workers by their next issue
+//!   cycle, which all fall in one turn of the barrel): the scheduler's own order.
+//!
+//! Either way registers, accumulators, memory, issue counts and cycles are exactly what the
+//! issue-by-issue path leaves. Anything else — a pointer register shared by two streams or
+//! `$m15`, a body with another bundle, a cycle limit inside the stretch, an access that would
+//! fault — leaves the ordinary path in charge.
 //!
 //! The matmul kernel's first stores go to a scratch area just before the worker's rows, which its
-//! neighbour's last (flush-row) loads read; so at loop entry the ranges overlap. After a few
-//! rounds the stores have moved on into the rows, and the check passes: a refused check is tried
-//! again [`RETRY_ROUNDS`] rounds later, [`RETRIES`] times per loop entry.
+//! neighbour's last (flush-row) loads read; so at loop entry the ranges overlap, and after a few
+//! rounds the stores have moved on into the rows. While checks are left ([`RETRIES`] per loop
+//! entry or exit), an overlapping stretch therefore runs only [`RETRY_ROUNDS`] rounds (and a
+//! refused one waits as long) before the next check.
 
 use super::decoded::Decoded;
 use super::exec::{Cx, FusedFn};
@@ -64,7 +69,7 @@ impl Tile {
             && self.sup_issue_cycle(self.owned).is_none()
             && !self.workers.iter().any(|w| w.running && w.rpt_left == 0);
         let found = if ready { self.amp_streams(mem, limit) } else { None };
-        let Some((streams, rounds)) = found else {
+        let Some((streams, mut rounds, disjoint)) = found else {
             if ready && self.batch_retries > 0 {
                 self.batch_retries -= 1;
                 self.batch_check_at = self.floor + RETRY_ROUNDS * BARREL_SLOTS;
@@ -74,45 +79,36 @@ impl Tile {
             return Ok(false);
         };
         let mut last = 0u64;
-        for (k, s) in streams.iter().enumerate() {
-            let Some(s) = s else { continue };
-            let w = &mut self.workers[k];
-            let (start, end) = (w.rpt_start, w.rpt_end);
-            for _ in 0..rounds {
-                let pc = w.regs.pc;
-                let (f, main, aux) = &s.body[((pc - start) / 8) as usize];
-                let t = w.next_issue;
-                let mut cx = Cx {
-                    regs: &mut w.regs,
-                    mem,
-                    shared: &mut self.shared,
-                    fp: Some(&mut w.fp),
-                    bus,
-                    cycle: t,
-                    pc,
-                };
-                // Unreachable by the checks in `amp_streams`; reported as the issue path would.
-                f(&mut cx, main, aux).map_err(|kind| Fault {
-                    tile: self.shared.id,
-                    ctx: super::CtxId::Worker(k as u8),
-                    pc,
-                    words: [0, 0],
-                    cycle: t,
-                    kind,
-                })?;
-                let mut next_pc = pc + 8;
-                if next_pc == end {
-                    w.rpt_left -= 1;
-                    if w.rpt_left > 0 {
-                        next_pc = start;
-                    }
+        if disjoint {
+            for (k, s) in streams.iter().enumerate() {
+                let Some(s) = s else { continue };
+                for _ in 0..rounds {
+                    last = last.max(self.step(k, s, mem, bus)?);
                 }
-                w.regs.pc = next_pc;
-                w.next_issue = t + BARREL_SLOTS;
-                last = last.max(t);
+                self.issued += rounds;
+                self.batched += rounds;
             }
-            self.issued += rounds;
-            self.batched += rounds;
+        } else {
+            // The barrel's own order: round by round, the workers by their next issue cycle
+            // (all within one turn of the barrel, `amp_streams` checks). While checks are left,
+            // only a few rounds: overlaps at a loop's start pass, and then each worker may run
+            // alone, which keeps one stream at a time in the host's caches.
+            if self.batch_retries > 0 {
+                self.batch_retries -= 1;
+                rounds = rounds.min(RETRY_ROUNDS);
+            }
+            let mut order: [usize; WORKERS] = core::array::from_fn(|k| k);
+            let n = streams.iter().filter(|s| s.is_some()).count();
+            order.sort_by_key(|&k| (streams[k].is_none(), self.workers[k].next_issue));
+            for _ in 0..rounds {
+                for &k in &order[..n] {
+                    let s = streams[k].as_ref().expect("a running worker's stream");
+                    last = last.max(self.step(k, s, mem, bus)?);
+                }
+            }
+            self.issued += rounds * n as u64;
+            self.batched += rounds * n as u64;
+            self.interleaved += rounds * n as u64;
         }
         self.last_cycle = last;
         self.floor = last + 1;
@@ -121,10 +117,42 @@ impl Tile {
         Ok(true)
     }
 
-    /// Every running worker's loop as a [`Stream`], and how many rounds may run at once; `None`
-    /// when any condition of the module comment fails.
+    /// Worker `k` issues the next bundle of its loop `s`; returns the cycle it issued at.
+    #[inline(always)]
+    fn step(&mut self, k: usize, s: &Stream, mem: &mut [u8], bus: &mut dyn TileBus) -> Result<u64, Fault> {
+        let w = &mut self.workers[k];
+        let (start, end) = (w.rpt_start, w.rpt_end);
+        let pc = w.regs.pc;
+        let (f, main, aux) = &s.body[((pc - start) / 8) as usize];
+        let t = w.next_issue;
+        let mut cx =
+            Cx { regs: &mut w.regs, mem, shared: &mut self.shared, fp: Some(&mut w.fp), bus, cycle: t, pc };
+        // Unreachable by the checks in `amp_streams`; reported as the issue path would.
+        f(&mut cx, main, aux).map_err(|kind| Fault {
+            tile: self.shared.id,
+            ctx: super::CtxId::Worker(k as u8),
+            pc,
+            words: [0, 0],
+            cycle: t,
+            kind,
+        })?;
+        let mut next_pc = pc + 8;
+        if next_pc == end {
+            w.rpt_left -= 1;
+            if w.rpt_left > 0 {
+                next_pc = start;
+            }
+        }
+        w.regs.pc = next_pc;
+        w.next_issue = t + BARREL_SLOTS;
+        Ok(t)
+    }
+
+    /// Every running worker's loop as a [`Stream`], how many rounds may run at once, and whether
+    /// the workers' ranges are disjoint (so each may run its rounds alone); `None` when any other
+    /// condition of the module comment fails.
     #[allow(clippy::type_complexity)]
-    fn amp_streams(&mut self, mem: &[u8], limit: u64) -> Option<([Option<Stream>; WORKERS], u64)> {
+    fn amp_streams(&mut self, mem: &[u8], limit: u64) -> Option<([Option<Stream>; WORKERS], u64, bool)> {
         let mut streams: [Option<Stream>; WORKERS] = [None; WORKERS];
         let mut rounds = u64::MAX;
         let mut latest = 0u64;
@@ -174,6 +202,7 @@ impl Tile {
                 (0, 0)
             }
         });
+        let mut disjoint = true;
         for (k, s) in streams.iter().enumerate() {
             let Some(s) = s else { continue };
             for p in [s.reads[0], s.reads[1], s.store] {
@@ -188,11 +217,22 @@ impl Tile {
             for (j, o) in streams.iter().enumerate() {
                 let Some(o) = o else { continue };
                 if j != k && [o.reads[0], o.reads[1], o.store].iter().any(|p| overlaps(store, range(*p))) {
-                    return None;
+                    disjoint = false;
                 }
             }
         }
-        Some((streams, rounds))
+        // Interleaved, the rounds follow the barrel only if every worker's next issue falls in the
+        // same turn of it (each then issues once per turn, as every bundle costs 1).
+        let earliest = streams
+            .iter()
+            .zip(&self.workers)
+            .filter(|(s, _)| s.is_some())
+            .map(|(_, w)| w.next_issue)
+            .min()?;
+        if !disjoint && latest - earliest >= BARREL_SLOTS {
+            return None;
+        }
+        Some((streams, rounds, disjoint))
     }
 }
 

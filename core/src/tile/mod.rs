@@ -178,6 +178,9 @@ pub struct Tile {
     batch_retries: u32,
     /// Issues run by the fast path (counted in `issued` too): for tests and reports.
     pub batched: u64,
+    /// Of those, the issues run round by round in the barrel's order because the workers' ranges
+    /// overlap (`batch.rs`).
+    pub interleaved: u64,
 }
 
 impl Tile {
@@ -205,6 +208,7 @@ impl Tile {
             batch_check_at: u64::MAX,
             batch_retries: 0,
             batched: 0,
+            interleaved: 0,
         }
     }
 
