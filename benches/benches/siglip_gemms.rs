@@ -11,7 +11,7 @@
 //! Each row runs in a child process (this binary again, with `SIGLIP_ROW` set), so the peak
 //! memory it reports — `VmHWM` of `/proc/self/status` read right after the build (Linux) — is that
 //! row's build alone. `cargo bench --bench siglip_gemms [ROW…]` (about two minutes on 2 cores; rows:
-//! qkv, out-proj, mlp-up, mlp-down, attention).
+//! qkv, out-proj, mlp-up, mlp-down, mlp-up-gelu, attention).
 
 use ipu_host::build::{build, BuildOptions};
 use ipu_host::session::load;
@@ -28,6 +28,10 @@ fn rows() -> Vec<(&'static str, String, u64, u64)> {
             "name = \"{name}\"\noutputs = [\"C\"]\n[inputs.A]\ndtype = \"f16\"\nshape = [{m}, {k}]\n[inputs.B]\ndtype = \"f16\"\n\
              shape = [{k}, {n}]\n[[ops]]\nop = \"matmul\"\na = \"A\"\nb = \"B\"\noutput = \"C\"\ndtype = \"f16\"\naccumulate = \"f32\"\n"
         )
+    };
+    let gelu = |src: String| {
+        src.replace("outputs = [\"C\"]", "outputs = [\"H\"]")
+            + "[[ops]]\nop = \"gelu\"\ninput = \"C\"\noutput = \"H\"\ndtype = \"f16\"\napproximate = \"tanh\"\n"
     };
     let f32acc = ipu_core::target::AMP_F32_MACS_PER_CYCLE as u64;
     let f16acc = ipu_core::target::AMP_F16_MACS_PER_CYCLE as u64;
@@ -47,6 +51,9 @@ fn rows() -> Vec<(&'static str, String, u64, u64)> {
         ("out-proj", gemm("out-proj", 729, 1152, 1152), 729 * 1152 * 1152, f32acc),
         ("mlp-up", gemm("mlp-up", 729, 1152, 4304), 729 * 1152 * 4304, f32acc),
         ("mlp-down", gemm("mlp-down", 729, 4304, 1152), 729 * 4304 * 1152, f32acc),
+        // MLP-up with the GeLU after it, as the layer has it (the GeLU is the matmul's epilogue;
+        // the bound is the GEMM's alone).
+        ("mlp-up-gelu", gelu(gemm("mlp-up-gelu", 729, 1152, 4304)), 729 * 1152 * 4304, f32acc),
         ("attention", attention, 2 * heads * tokens * tokens * dh, f16acc),
     ]
 }

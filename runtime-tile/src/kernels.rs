@@ -496,10 +496,14 @@ const CAST_TO_F16: &str = "    lda32 $a0, $m3, $m15, 0
     add $m3, $m3, 4";
 
 /// `x = gelu(x)` in place over f16 AMP output blocks (`cost::gelu_issues`), the tanh form in f32:
-/// `u = √(2/π)·(x + 0.044715·x³)`, `t = 1 − 2/(e^{2u} + 1)`, `y = (0.5·x)·(1 + t)`, rounded to f16
-/// (the reference, `reference::gelu_device`, does the same operations in the same order; `f32exp`
-/// is libm's `expf` on both sides). Descriptor (64 bytes per worker): ptr, 4-value chunks per
-/// block, block stride, blocks, then the constants √(2/π), 0.044715, 0.5, 1, 2.
+/// `u = √(2/π)·(x + 0.044715·x³)`, `t = 1 + (−2)/(e^{2u} + 1)` (= `1 − 2/(e^{2u} + 1)` bit for bit:
+/// IEEE defines `a − b` as `a + (−b)`, and `(−2)/d = −(2/d)` exactly), `y = (0.5·x)·(1 + t)`,
+/// rounded to f16 (the reference, `reference::gelu_device`, does the same operations in the same
+/// order; `f32exp` is libm's `expf` on both sides). Two values at a time with `f32v2mul` /
+/// `f32v2add`, which round each lane as `f32mul` / `f32add` do (docs/target.md §4.7); `f32exp`
+/// and `f32div` have no two-lane form, so they go lane by lane. Descriptor (64 bytes per worker):
+/// ptr, 4-value chunks per block, block stride, blocks, then the constants √(2/π), 0.044715, 0.5,
+/// 1, −2 (`plan::matmul::GELU_CONSTANTS`), each loaded into both lanes of a pair.
 const GELU_F16: &str = "
 .align 8
 k_gelu_f16:
@@ -509,11 +513,15 @@ k_gelu_f16:
     ld32 $m2, $m6, $m15, 4
     ld32 $m5, $m6, $m15, 8
     ld32 $m7, $m6, $m15, 12
-    lda32 $a12, $m6, $m15, 16
-    lda32 $a13, $m6, $m15, 20
-    lda32 $a11, $m6, $m15, 24
+    lda32 $a10, $m6, $m15, 16
+    lda32 $a11, $m6, $m15, 16
+    lda32 $a8, $m6, $m15, 20
+    lda32 $a9, $m6, $m15, 20
+    lda32 $a12, $m6, $m15, 24
+    lda32 $a13, $m6, $m15, 24
     lda32 $a14, $m6, $m15, 28
-    lda32 $a15, $m6, $m15, 32
+    lda32 $a15, $m6, $m15, 28
+    lda32 $a6, $m6, $m15, 32
     brz $m7, k_gelu_f16_done
     brz $m2, k_gelu_f16_done
     add $m7, $m7, -1
@@ -525,9 +533,9 @@ k_gelu_f16_loop:
     ld64pi $a0, $m8, 8
     f16v2tof32 $a2, $a0
     f16v2tof32 $a4, $a1
-{GELU_BODY}    f32v2tof16 $a6, $a2
-    f32v2tof16 $a7, $a4
-    st64pi $a6, $m9, 8
+{GELU_BODY}    f32v2tof16 $a0, $a2
+    f32v2tof16 $a1, $a4
+    st64pi $a0, $m9, 8
     brnzdec $m10, k_gelu_f16_loop
     add $m3, $m3, $m5
     brnzdec $m7, k_gelu_f16_block
@@ -535,25 +543,29 @@ k_gelu_f16_done:
     exit
 ";
 
-/// The GeLU of one f32 value `$aX` (in place; `$a0`, `$a1` scratch), for each of `$a2..$a5`:
-/// `x·x·x`, `·0.044715`, `+x`, `·√(2/π)` = u, `u+u`, exp, `+1`, `2/·`, `1−·` = t, `1+t`, `(x·0.5)·`.
+/// The GeLU of the f32 pair `X` (in place; `$a0:1` scratch), for each of `$a2:3`, `$a4:5`:
+/// `x·x·x`, `·0.044715`, `+x`, `·√(2/π)` = u, `u+u`, exp, `+1`, `(−2)/·`, `1+·` = t, `1+t`,
+/// `(x·0.5)·`. Constants: 0.044715 in `$a8:9`, √(2/π) in `$a10:11`, 0.5 in `$a12:13`, 1 in
+/// `$a14:15`, −2 in `$a6`.
 fn gelu_body() -> alloc::string::String {
-    const STEPS: [&str; 13] = [
-        "f32mul $a0, X, X",
-        "f32mul $a0, $a0, X",
-        "f32mul $a0, $a0, $a13",
-        "f32add $a0, X, $a0",
-        "f32mul $a0, $a0, $a12",
-        "f32add $a0, $a0, $a0",
+    const STEPS: [&str; 15] = [
+        "f32v2mul $a0, X, X",
+        "f32v2mul $a0, $a0, X",
+        "f32v2mul $a0, $a0, $a8",
+        "f32v2add $a0, X, $a0",
+        "f32v2mul $a0, $a0, $a10",
+        "f32v2add $a0, $a0, $a0",
         "f32exp $a0, $a0",
-        "f32add $a0, $a0, $a14",
-        "f32div $a0, $a15, $a0",
-        "f32sub $a0, $a14, $a0",
-        "f32add $a0, $a14, $a0",
-        "f32mul $a1, X, $a11",
-        "f32mul X, $a1, $a0",
+        "f32exp $a1, $a1",
+        "f32v2add $a0, $a0, $a14",
+        "f32div $a0, $a6, $a0",
+        "f32div $a1, $a6, $a1",
+        "f32v2add $a0, $a14, $a0",
+        "f32v2add $a0, $a14, $a0",
+        "f32v2mul X, X, $a12",
+        "f32v2mul X, X, $a0",
     ];
-    per_register(&STEPS, &["$a2", "$a3", "$a4", "$a5"])
+    per_register(&STEPS, &["$a2", "$a4"])
 }
 
 /// `row += bias` in place over f16 AMP output blocks (`cost::bias_issues`): descriptor (ptr, rows,

@@ -149,14 +149,15 @@ pub fn scale_issues(segments: [(u64, u64); 2]) -> u64 {
 }
 
 /// Worker issues of `gelu_f16` for `chunks` groups of four values per block over `blocks` blocks:
-/// set-up 11 (shl, add, 4×ld32, 5×lda32), 2×brz, `add`; per block 3 moves, 67 per chunk (ld64pi,
-/// 2×f16v2tof32, 4 × 15 for the formula — `f32exp` and `f32div` cost 2 —, 2×f32v2tof16, st64pi,
-/// brnzdec), the stride add and brnzdec; exit. Empty: 13 or 14.
+/// set-up 15 (shl, add, 4×ld32, 9×lda32), 2×brz, `add`; per block 3 moves, 45 per chunk (ld64pi,
+/// 2×f16v2tof32, 2 × 19 for the formula on a pair — 11 two-lane operations, and 2×`f32exp` and
+/// 2×`f32div`, which cost 2 —, 2×f32v2tof16, st64pi, brnzdec), the stride add and brnzdec; exit.
+/// Empty: 17 or 18.
 pub fn gelu_issues(chunks: u64, blocks: u64) -> u64 {
     match (blocks, chunks) {
-        (0, _) => 13,
-        (_, 0) => 14,
-        _ => 14 + blocks * (5 + 67 * chunks) + 1,
+        (0, _) => 17,
+        (_, 0) => 18,
+        _ => 18 + blocks * (5 + 45 * chunks) + 1,
     }
 }
 

@@ -39,7 +39,8 @@ pub(super) struct Finish {
     pub residual_slices: Vec<SliceRef>,
 }
 
-/// The epilogue of one root, in the order the reference applies it.
+/// The epilogue of one root, in the order the reference applies it: alpha, bias, residual on f16
+/// partials; the f32 → f16 rounding of f32 partials; then GeLU on the f16 values.
 pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
     let mut f = Finish {
         buffers: Vec::new(),
@@ -59,19 +60,22 @@ pub(super) fn finish(mm: &MatMul, r: &Root<'_>) -> Finish {
     if epi.is_some_and(|e| e.residual.is_some()) {
         residual(mm, r, &mut f);
     }
+    let rounded_once = mm.out != mm.acc;
+    if rounded_once {
+        // 8 floats = 2 quads per row, packed from each piece's start as 8 halves per row.
+        let launch = per_worker(r, &rows, 2, |quads| (Vec::new(), cost::cvt_issues(quads, r.nbt)));
+        f.launches.push((Kernel::CvtF32ToF16, launch.0, launch.1));
+    }
     if let Some(form) = epi.and_then(|e| e.gelu) {
-        // 16 values = 4 chunks per row.
+        // On f16 values: 16 per row (4 chunks) in an f16 block; 8 (2 chunks) once f32 partials
+        // are packed.
+        let chunks_per_row = if rounded_once { 2 } else { 4 };
         let kernel = super::matmul::gelu_kernel(form, 0, 0).0;
-        let launch = per_worker(r, &rows, 4, |chunks| {
+        let launch = per_worker(r, &rows, chunks_per_row, |chunks| {
             let (_, w, issues) = super::matmul::gelu_kernel(form, chunks, r.nbt);
             (w, issues)
         });
         f.launches.push((kernel, launch.0, launch.1));
-    }
-    if mm.out != mm.acc {
-        // 8 floats = 2 quads per row.
-        let launch = per_worker(r, &rows, 2, |quads| (Vec::new(), cost::cvt_issues(quads, r.nbt)));
-        f.launches.push((Kernel::CvtF32ToF16, launch.0, launch.1));
     }
     f
 }

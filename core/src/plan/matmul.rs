@@ -18,9 +18,10 @@ use super::{BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TileP
 use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
-/// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, 2. The
-/// host reference uses the same values (`reference::gelu_device`).
-pub const GELU_CONSTANTS: [f32; 5] = [0.797_884_6, 0.044_715, 0.5, 1.0, 2.0];
+/// The f32 constants of `gelu_f16` (descriptor words 4..8): √(2/π), 0.044715, 0.5, 1, −2 (the
+/// kernel adds `(−2)/d` where the formula subtracts `2/d`: the same bits). The host reference uses
+/// the same values (`reference::gelu_device`).
+pub const GELU_CONSTANTS: [f32; 5] = [0.797_884_6, 0.044_715, 0.5, 1.0, -2.0];
 
 /// The f32 constants of `gelu_erf_f16` (descriptor words 4..12): p/√2, 1, −0.5, a5, a4, a3, a2,
 /// a1, 0.5, where p and a1..a5 are Abramowitz & Stegun's formula 7.1.26 for erf (Handbook of

@@ -694,12 +694,19 @@ fn buffer_tensor(graph: &Graph, name: &str) -> Option<String> {
     id.map(|n| alloc::format!("tensor `{n}`"))
 }
 
-/// The epilogue the matmul planner fuses after a rank-2 f16 matmul with f16 partials: optionally
-/// an `add` of its result and an f16 vector of its columns (`[N]` or `[1, N]`, an input or a
-/// param: the bias), then optionally a `gelu`; the last result is the model's only output.
+/// The epilogue the matmul planner fuses after a rank-2 matmul with an f16 result: with f16
+/// partials, optionally an `add` of its result and an f16 vector of its columns (`[N]` or
+/// `[1, N]`, an input or a param: the bias) or a whole `[M, N]` tensor (the residual), then
+/// optionally a `gelu`; with f32 partials (rounded to f16 once, then the epilogue), a `gelu`
+/// alone. The last result is the model's only output.
 pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
     let (mm, rest) = g.ops.split_first()?;
-    let OpKind::MatMul { accumulate: DType::F16, .. } = mm.kind else { return None };
+    let OpKind::MatMul { accumulate, .. } = mm.kind else { return None };
+    let f32_partials = match accumulate {
+        DType::F16 => false,
+        DType::F32 => true,
+        _ => return None,
+    };
     let c = g.tensor(mm.output);
     let n = *c.shape.last()?;
     if c.dtype != DType::F16 || c.shape.len() != 2 || rest.is_empty() || rest.len() > 3 {
@@ -711,8 +718,12 @@ pub fn fused_epilogue(g: &Graph) -> Option<matmul::Epilogue> {
         match op.kind {
             // In order: a bias (a vector of the columns), a residual (a whole [M, N] tensor), both
             // given (inputs or params), then gelu.
+            // Bias and residual blocks hold 16 f16 columns; f32 partials come in blocks of 8.
             OpKind::Binary { op: BinaryOp::Add, a, b }
-                if (a == last || b == last) && epi.residual.is_none() && epi.gelu.is_none() =>
+                if (a == last || b == last)
+                    && epi.residual.is_none()
+                    && epi.gelu.is_none()
+                    && !f32_partials =>
             {
                 let other = if a == last { b } else { a };
                 let v = g.tensor(other);

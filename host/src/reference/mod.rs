@@ -127,13 +127,14 @@ pub fn gamma(n: u64, u: f64) -> f64 {
 /// `expf` (as the simulator's `f32exp`), the constants of `plan::matmul::GELU_CONSTANTS`, one f16
 /// rounding at the end.
 pub fn gelu_device(h: f32) -> f32 {
-    let [c, k, half, one, two] = ipu_core::plan::matmul::GELU_CONSTANTS;
+    let [c, k, half, one, minus_two] = ipu_core::plan::matmul::GELU_CONSTANTS;
     let x = h;
     let x3 = (x * x) * x;
     let inner = x + x3 * k;
     let u = inner * c;
     let e = libm::expf(u + u);
-    let t = one - two / (e + one);
+    // 1 + (−2)/(e + 1): the bits of 1 − 2/(e + 1).
+    let t = one + minus_two / (e + one);
     let y = (x * half) * (one + t);
     round(y, DType::F16)
 }
