@@ -8,11 +8,8 @@
 //! Whole tile memory, cycles and issue counts are compared. On a host without AVX2 and F16C both
 //! runs are the portable code and the test checks nothing new (it says so).
 
-use ipu_host::program::TileProgram;
-use ipu_host::sim::{SimConfig, SimDevice};
-use ipu_host::Device;
-
-const MEM: (u32, usize) = (0x4c000, 0xe8000 - 0x4c000);
+mod common;
+use common::{fill_and_run, TILE_SPAN as MEM};
 
 /// `tests/programs/amp_rows.s` with its blanks filled in and its AMP made `amp`.
 fn program(amp: &str, stride_log2: u32, rows: u32) -> String {
@@ -47,35 +44,9 @@ fn word(fill: Fill, z: u64) -> u16 {
 /// Runs `src` on `tiles` tiles filled from `seed`, once with the portable kernels and once with
 /// the host's fastest; returns (outcome, memory) of each.
 fn both_kernels(src: &str, tiles: usize, fill: Fill, seed: u64) -> [(String, Vec<u8>); 2] {
-    let prog = TileProgram::from_asm(src).expect("assembles");
     [true, false].map(|portable| {
-        let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles: u64::MAX }).expect("device");
-        dev.set_portable_amp(portable);
-        let mut z = seed;
-        for t in 0..tiles as u16 {
-            let bytes: Vec<u8> = (0..MEM.1 / 2)
-                .flat_map(|_| {
-                    z ^= z << 13;
-                    z ^= z >> 7;
-                    z ^= z << 17;
-                    word(fill, z).to_le_bytes()
-                })
-                .collect();
-            dev.write_memory(t, MEM.0, &bytes).expect("fill");
-            dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
-            // The program's `weights: .space 512` was loaded as zeros over the fill: fill it too.
-            dev.write_memory(t, prog.sym("weights"), &bytes[..512]).expect("weights");
-        }
-        let outcome = match dev.run_to_host_sync() {
-            Ok(r) => format!("{:?} cycles={} issued={}", r.state, r.cycles, r.issued),
-            Err(e) => format!("error: {e}"),
-        };
-        let mut mem = Vec::new();
-        for t in 0..tiles as u16 {
-            let mut m = vec![0u8; MEM.1];
-            dev.read_memory(t, MEM.0, &mut m).expect("read");
-            mem.extend(m);
-        }
+        let (_, outcome, mem) =
+            fill_and_run(src, tiles, seed, u64::MAX, |z| word(fill, z), |d| d.set_portable_amp(portable));
         (outcome, mem)
     })
 }

@@ -6,11 +6,10 @@
 //! of tile memory (the fast path refuses: a fault, at the same cycle either way), and a compiled
 //! matmul whose workers' scratch areas touch their neighbours' rows.
 
-use ipu_host::program::TileProgram;
+mod common;
+use common::{fill_and_run, TILE_SPAN as MEM};
 use ipu_host::sim::{SimConfig, SimDevice};
 use ipu_host::Device;
-
-const MEM: (u32, usize) = (0x4c000, 0xe8000 - 0x4c000);
 
 /// `tests/programs/amp_rows.s` with its blanks filled in: worker k streams loads from
 /// `x + k·2^stride_log2`, `pin + …` and stores to `out + …`, `rows` iterations of four bundles.
@@ -31,37 +30,11 @@ fn both_ways(src: &str, tiles: usize, seed: u64) -> [(String, Vec<u8>, [u64; 2])
 
 /// [`both_ways`] with a cycle limit (`max_cycles`).
 fn both_ways_until(src: &str, tiles: usize, seed: u64, max_cycles: u64) -> [(String, Vec<u8>, [u64; 2]); 2] {
-    let prog = TileProgram::from_asm(src).expect("assembles");
+    // Sign, exponent 2^-3..2^0, random mantissa.
+    let word = |z: u64| ((z & 0x83FF) as u16) | 0x3000 | ((z >> 20) as u16 & 0x0C00);
     [true, false].map(|batching| {
-        let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles }).expect("device");
-        dev.set_amp_batching(batching);
-        let mut z = seed;
-        for t in 0..tiles as u16 {
-            let fill: Vec<u8> = (0..MEM.1 / 2)
-                .flat_map(|_| {
-                    z ^= z << 13;
-                    z ^= z >> 7;
-                    z ^= z << 17;
-                    // Sign, exponent 2^-3..2^0, random mantissa.
-                    (((z & 0x83FF) as u16) | 0x3000 | ((z >> 20) as u16 & 0x0C00)).to_le_bytes()
-                })
-                .collect();
-            dev.write_memory(t, MEM.0, &fill).expect("fill");
-            dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
-            // The program's `weights: .space 512` was loaded as zeros over the fill: fill it too,
-            // so that what a bundle loads reaches its results.
-            dev.write_memory(t, prog.sym("weights"), &fill[..512]).expect("weights");
-        }
-        let outcome = match dev.run_to_host_sync() {
-            Ok(r) => format!("{:?} cycles={} issued={}", r.state, r.cycles, r.issued),
-            Err(e) => format!("error: {e}"),
-        };
-        let mut mem = Vec::new();
-        for t in 0..tiles as u16 {
-            let mut m = vec![0u8; MEM.1];
-            dev.read_memory(t, MEM.0, &mut m).expect("read");
-            mem.extend(m);
-        }
+        let (dev, outcome, mem) =
+            fill_and_run(src, tiles, seed, max_cycles, word, |d| d.set_amp_batching(batching));
         let batched = (0..tiles as u16).map(|t| dev.tile(t).batched).sum();
         let interleaved = (0..tiles as u16).map(|t| dev.tile(t).interleaved).sum();
         (outcome, mem, [batched, interleaved])

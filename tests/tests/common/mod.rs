@@ -160,3 +160,47 @@ pub fn run_checking_halves(dev: &mut SimDevice, expected: &[(u32, Vec<u16>)], ch
     }
     r.cycle
 }
+
+/// Tile memory from its base to the host area: what [`fill_and_run`] fills and returns.
+pub const TILE_SPAN: (u32, usize) = (0x4c000, 0xe8000 - 0x4c000);
+
+/// Runs `src` on `tiles` tiles of a device `setup` prepares (one host thread, `max_cycles`): tile
+/// memory is first filled with 16-bit words `word(z)`, `z` a xorshift sequence from `seed`, then
+/// the program is loaded and its `weights` (512 bytes, loaded as zeros over the fill) filled too,
+/// so that what an AMP loads reaches its results. Returns the device, the outcome
+/// (`HostSync cycles=… issued=…` or the error) and every tile's memory ([`TILE_SPAN`]).
+pub fn fill_and_run(
+    src: &str,
+    tiles: usize,
+    seed: u64,
+    max_cycles: u64,
+    word: impl Fn(u64) -> u16,
+    setup: impl FnOnce(&mut SimDevice),
+) -> (SimDevice, String, Vec<u8>) {
+    let prog = program(src);
+    let mut dev = SimDevice::new(SimConfig { tiles, threads: 1, max_cycles }).expect("device");
+    setup(&mut dev);
+    let mut z = seed;
+    for t in 0..tiles as u16 {
+        let fill: Vec<u8> = (0..TILE_SPAN.1 / 2)
+            .flat_map(|_| {
+                z ^= z << 13;
+                z ^= z >> 7;
+                z ^= z << 17;
+                word(z).to_le_bytes()
+            })
+            .collect();
+        dev.write_memory(t, TILE_SPAN.0, &fill).expect("fill");
+        dev.load_tile(t, &prog.segment_refs(), prog.entry).expect("load");
+        dev.write_memory(t, prog.sym("weights"), &fill[..512]).expect("weights");
+    }
+    let outcome = match dev.run_to_host_sync() {
+        Ok(r) => format!("{:?} cycles={} issued={}", r.state, r.cycles, r.issued),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut mem = Vec::new();
+    for t in 0..tiles as u16 {
+        mem.extend(read(&mut dev, t, TILE_SPAN.0, TILE_SPAN.1));
+    }
+    (dev, outcome, mem)
+}
