@@ -692,33 +692,26 @@ k_scale_f16_next:
 ";
 
 /// One group of four values in each softmax pass (`{MAX}`, `{SUM}`, `{APPLY}` in [`SOFTMAX`]; the
-/// `…4` forms are four groups, a whole source block): the running max; `e = exp(x + (−max))` into
+/// `…4` forms are four groups, a whole source block): the running max of each of the four lanes
+/// (`f16v4max`, exact: the max of f16 values is one of them); `e = exp(x + (−max))` into
 /// the two sum lanes and stored (f32) in the worker's `e` row; `f16(e · r)` from the stored `e`.
 const SM_MAX: &str = "    ld64pi $a0, $m11, 8
-    f16v2tof32 $a2, $a0
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
-    f16v2tof32 $a2, $a1
-    f32max $a4, $a4, $a2
-    f32max $a4, $a4, $a3
+    f16v4max $a6, $a6, $a0
 ";
-const SM_SUM: &str = "    ld64pi $a0, $m11, 8
+const SM_SUM: &str = "    { ld64pi $a0, $m11, 8 ; fnop }
     f16v2tof32 $a2, $a0
     f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
     f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    st64pi $a2, $m0, 8
+    { st64pi $a2, $m0, 8 ; f32v2add $a10, $a10, $a2 }
     f16v2tof32 $a2, $a1
     f32v2add $a2, $a2, $a8
     f32exp $a2, $a2
     f32exp $a3, $a3
-    f32v2add $a10, $a10, $a2
-    st64pi $a2, $m0, 8
+    { st64pi $a2, $m0, 8 ; f32v2add $a10, $a10, $a2 }
 ";
-const SM_APPLY: &str = "    ld64pi $a2, $m11, 8
-    ld64pi $a4, $m11, 8
-    f32v2mul $a2, $a2, $a12
+const SM_APPLY: &str = "    { ld64pi $a2, $m11, 8 ; fnop }
+    { ld64pi $a4, $m11, 8 ; f32v2mul $a2, $a2, $a12 }
     f32v2mul $a4, $a4, $a12
     f32v2tof16 $a6, $a2
     f32v2tof16 $a7, $a4
@@ -727,8 +720,11 @@ const SM_APPLY: &str = "    ld64pi $a2, $m11, 8
 
 /// Row softmax (docs/kernels.md). Descriptor, 64 bytes per worker: source row, source block jump,
 /// destination row, destination block jump, rows, G (groups of four values), T (tail values, 0..3),
-/// D (groups per destination block), the worker's `e` row (4·(4G + T) bytes, 8-aligned), 0 × 7.
-/// Max; then `e = exp(x + (−max))`, stored as f32 in the `e` row and summed in two f32 lanes
+/// D (groups per destination block), the worker's `e` row (4·(4G + T) bytes, 8-aligned), 0, four
+/// f16 −inf (`0xFC00FC00` twice, at byte 40: each row's lane maxima start from them), 0 × 4.
+/// Max (four lanes at a time with `f16v4max`, then the lanes and the tail values with `f32max`:
+/// the same maximum as one value at a time — only the sign of a zero maximum could differ, and
+/// `0 − max` is +0 either way); then `e = exp(x + (−max))`, stored as f32 in the `e` row and summed in two f32 lanes
 /// (`f32v2add`: lane 0 takes values 0 and 2 of each group, lane 1 values 1 and 3, tail values lane
 /// 0), `sum = s₀ + s₁`, `r = 1 / sum`; then `f16(e · r)` from the stored `e` — all in f32, in
 /// column order, the same operations as `reference::softmax_device`. Whole groups are loaded and
@@ -737,7 +733,10 @@ const SM_APPLY: &str = "    ld64pi $a2, $m11, 8
 /// (the block jump once per block, the destination jump in the third pass once per D/4 blocks),
 /// then the G mod 4 groups left one at a time (they can end no destination block), then the tail.
 /// `$m6` keeps the descriptor address (the `e` row is read from it in each row); `$m12` holds
-/// G / 4, `$m8` G mod 4.
+/// G / 4, `$m8` G mod 4. The second and third passes put each group's loads and stores in bundles
+/// with its ARF work (a bundle's halves read the registers as they were before it, so a store
+/// takes the `e` pair its bundled add sums), and their loop heads bundle one `or` with an `fnop`
+/// so that the loops' bundles fall on 8-byte boundaries (the assembler refuses them otherwise).
 const SOFTMAX: &str = "
 .align 8
 k_softmax_f16:
@@ -763,7 +762,7 @@ k_softmax_f16:
     brz $m2, sm_done
 sm_row:
     or $m11, $m3, $m15
-    f32add $a4, $a15, $a14
+    ld64 $a6, $m6, $m15, 40
     or $m13, $m12, $m15
     brz $m13, sm_p1_rest
     add $m13, $m13, -1
@@ -779,6 +778,11 @@ sm_p1:
 {MAX}
     brnzdec $m13, sm_p1
 sm_p1_tail:
+    f16v2tof32 $a0, $a6
+    f16v2tof32 $a2, $a7
+    f32max $a4, $a0, $a1
+    f32max $a4, $a4, $a2
+    f32max $a4, $a4, $a3
     or $m13, $m9, $m15
     brz $m13, sm_p2_start
 sm_p1t:
@@ -795,7 +799,7 @@ sm_p2_start:
     f32add $a10, $a14, $a14
     f32add $a11, $a14, $a14
     ld32 $m0, $m6, $m15, 32
-    or $m13, $m12, $m15
+    { or $m13, $m12, $m15 ; fnop }
     brz $m13, sm_p2_rest
     add $m13, $m13, -1
 sm_p2_blk:
@@ -803,7 +807,7 @@ sm_p2_blk:
     add $m11, $m11, $m5
     brnzdec $m13, sm_p2_blk
 sm_p2_rest:
-    or $m13, $m8, $m15
+    { or $m13, $m8, $m15 ; fnop }
     brz $m13, sm_p2_tail
     add $m13, $m13, -1
 sm_p2:
@@ -833,7 +837,7 @@ sm_p3_start:
     ld32 $m11, $m6, $m15, 32
     or $m0, $m4, $m15
     or $m1, $m10, $m15
-    or $m13, $m12, $m15
+    { or $m13, $m12, $m15 ; fnop }
     brz $m13, sm_p3_rest
     add $m13, $m13, -1
 sm_p3_blk:

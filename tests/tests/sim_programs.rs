@@ -50,6 +50,15 @@ fn f16v4sub_rounds_each_lane_once_to_nearest_even() {
 }
 
 #[test]
+fn f16v4max_takes_the_larger_lane_and_ignores_a_nan() {
+    let (mut dev, prog, r) = run_one(include_str!("../programs/f16v4_max.s"));
+    assert_eq!(r.expect("runs").cycle, 122);
+    let d = prog.sym("data");
+    // max(1.5, 0.5) = 1.5; max(−2, −3) = −2; max(NaN, 1) = 1; max(−inf, −65504) = −65504.
+    assert_eq!(read_u16s(&mut dev, 0, d + 16, 4), [0x3E00, 0xC000, 0x3C00, 0xFBFF]);
+}
+
+#[test]
 fn f32_square_root_and_reciprocal_are_correctly_rounded() {
     let (mut dev, prog, r) = run_one(include_str!("../programs/f32_sqrt.s"));
     assert_eq!(r.expect("runs").cycle, 170);

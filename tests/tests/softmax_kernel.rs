@@ -9,6 +9,7 @@
 mod common;
 use common::*;
 use half::f16;
+use ipu_core::plan::chain::SOFTMAX_MAX_START as MAX_START;
 use ipu_core::plan::{cost, Kernel};
 use ipu_host::Device;
 
@@ -43,8 +44,24 @@ fn softmax(n: u32, be: u32, check: bool) -> u64 {
         expected.push((y_at, dstride, y));
         // The worker's `e` row (f32 scratch) follows the descriptor's first eight words.
         let e_at = 0xA0000 + w * 0x1000;
-        let desc =
-            [x_at, 64 - 32, y_at, dstride - 2 * be, 1, n / 4, n % 4, be / 4, e_at, 0, 0, 0, 0, 0, 0, 0];
+        let desc = [
+            x_at,
+            64 - 32,
+            y_at,
+            dstride - 2 * be,
+            1,
+            n / 4,
+            n % 4,
+            be / 4,
+            e_at,
+            0,
+            MAX_START,
+            MAX_START,
+            0,
+            0,
+            0,
+            0,
+        ];
         let bytes: Vec<u8> = desc.iter().flat_map(|v| v.to_le_bytes()).collect();
         dev.write_memory(0, prog.sym("desc") + 64 * w, &bytes).unwrap();
     }

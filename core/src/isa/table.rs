@@ -181,4 +181,7 @@ table! {
     // `f16v4sub` is an ipu2 instruction (LLVM Colossus tests: `fsub <4 x half>` selects it;
     // poplibs negates with it); its encoding here is ours.
     F16v4Sub = "f16v4sub", 0xD300_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f16v4sub;
+    // `f16v4max` is an ipu2 instruction (LLVM Colossus tests: `llvm.maxnum.v4f16` selects it, and
+    // `__builtin_ipu_max` on `half4` is `llvm.colossus.f16v4max`); its encoding here is ours.
+    F16v4Max = "f16v4max", 0xD500_0000, Arf, Any, ONE, Model, [p("dst", 0), p("a", 3), p("b", 6)], x::f16v4max;
 }

@@ -22,6 +22,8 @@ use crate::graph::{matmul_shape, Graph, OpKind, TensorId};
 use crate::target::{csr, WORKERS};
 
 const SCRATCH: u64 = 40;
+/// Two f16 −inf, the softmax kernel's starting lane maxima (its descriptor words 10 and 11).
+pub const SOFTMAX_MAX_START: u32 = 0xFC00_FC00;
 const SLACK: u64 = 96;
 const ROW: u64 = 32;
 
@@ -615,8 +617,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 Word::Const((n % 4) as u32),
                                 Word::Const((be / 4) as u32),
                                 Word::Sym(ebuf.clone(), (w as u64 * erow) as u32),
+                                Word::Const(0),
                             ]);
-                            words.extend((0..7).map(|_| Word::Const(0)));
+                            // Four f16 −inf at byte 40 (8-aligned): where each row's lane maxima
+                            // start.
+                            words.extend([SOFTMAX_MAX_START; 2].map(Word::Const));
+                            words.extend((0..4).map(|_| Word::Const(0)));
                             off += SCRATCH + (w1 - w0) * ROW;
                         }
                         let max_rows = wr[0].1 - wr[0].0;

@@ -227,18 +227,19 @@ pub fn softmax_issues(rows: u64, n: u64, be: u64) -> u64 {
     let (g, t) = (n / 4, n % 4);
     let (blocks, rest) = (g / 4, g % 4);
     let d = (be / 4).max(1);
-    // Pass heads 4, 8 and 12 (the second sets −max twice, zeroes two sum lanes and loads the `e`
-    // row, the third adds the lanes, takes 1/sum and loads the `e` row), three heads of the
-    // leftover-group loops and three of the tails (2 each), the row end (4); a loop-count adjust
-    // per pass for whole blocks and for leftover groups; per whole source block 4 × (7 + 17 + 7)
-    // plus its loop moves (2, 2, 3 and 2 more when a destination block ends); per leftover group
-    // 8 + 18 + 8; per tail value 6 + 11 + 8.
-    let per_row = 40
+    // Pass heads 4, 8 and 12 (the first loads the four −inf lane maxima, the second sets −max
+    // twice, zeroes two sum lanes and loads the `e` row, the third adds the lanes, takes 1/sum and
+    // loads the `e` row), the lane maxima folded into one (5), three heads of the leftover-group
+    // loops and three of the tails (2 each), the row end (4); a loop-count adjust per pass for
+    // whole blocks and for leftover groups; per whole source block 4 × (2 + 15 + 6) plus its loop
+    // moves (2, 2, 3 and 2 more when a destination block ends); per leftover group 3 + 16 + 7;
+    // per tail value 6 + 11 + 8.
+    let per_row = 45
         + 3 * u64::from(blocks > 0)
         + 3 * u64::from(rest > 0)
-        + 131 * blocks
+        + 99 * blocks
         + 2 * (4 * blocks / d)
-        + 34 * rest
+        + 26 * rest
         + 25 * t;
     // Setup 20 (descriptor, constants, G / 4 and G mod 4, the rows branch), exit.
     20 + rows * per_row + 1

@@ -470,6 +470,8 @@ pairop!(f32v2mul, floats, from_floats, |x, y| x * y);
 pairop!(f16v4add, halves, from_halves, |x, y| x + y);
 pairop!(f16v4mul, halves, from_halves, |x, y| x * y);
 pairop!(f16v4sub, halves, from_halves, |x, y| x - y);
+// The larger lane, as `f32max` (maxNum: a NaN lane loses to a number); exact, as it is one of them.
+pairop!(f16v4max, halves, from_halves, |x, y| x.max(y));
 
 pub(crate) fn f16v2tof32(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let s = cx.regs.a[a[1] as usize];
