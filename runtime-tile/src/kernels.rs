@@ -651,6 +651,10 @@ k_cvt_f32_f16_done:
 /// In-place `x = f16(alpha · f32(x))` over two segments of blocks (`cost::scale_issues`):
 /// descriptor (32 B per worker) ptr, chunks of four halves per block, alpha bits, block stride,
 /// blocks, then the second segment's ptr, chunks and blocks (same alpha and stride; 0 for none).
+/// Software-pipelined: each chunk's store and the next chunk's load go in bundles with the chunk's
+/// conversions (a bundle's halves read the registers as they were before it), so the loads run
+/// one chunk ahead and the last one reads 8 bytes past a block's chunks (the next worker's
+/// scratch or the buffer's slack, as `cvt_f32_f16`) and discards them.
 const SCALE: &str = "
 .align 8
 k_scale_f16:
@@ -668,17 +672,27 @@ k_scale_f16_segment:
     brz $m7, k_scale_f16_next
 k_scale_f16_block:
     or $m8, $m3, $m15
-    add $m2, $m4, -1
-k_scale_f16_loop:
-    ld64 $a0, $m8, $m15, 0
+    { or $m10, $m3, $m15 ; fnop }
+    ld64pi $a0, $m8, 8
     f16v2tof32 $a2, $a0
-    f16v2tof32 $a4, $a1
+    { ld64pi $a0, $m8, 8 ; f16v2tof32 $a4, $a1 }
     f32v2mul $a2, $a2, $a6
     f32v2mul $a4, $a4, $a6
-    f32v2tof16 $a0, $a2
-    f32v2tof16 $a1, $a4
-    st64pi $a0, $m8, 8
+    { nop ; f32v2tof16 $a8, $a2 }
+    f32v2tof16 $a9, $a4
+    add $m2, $m4, -1
+    brz $m2, k_scale_f16_last
+    add $m2, $m2, -1
+k_scale_f16_loop:
+    { st64pi $a8, $m10, 8 ; f16v2tof32 $a2, $a0 }
+    { ld64pi $a0, $m8, 8 ; f16v2tof32 $a4, $a1 }
+    f32v2mul $a2, $a2, $a6
+    f32v2mul $a4, $a4, $a6
+    f32v2tof16 $a8, $a2
+    f32v2tof16 $a9, $a4
     brnzdec $m2, k_scale_f16_loop
+k_scale_f16_last:
+    st64pi $a8, $m10, 8
     add $m3, $m3, $m5
     add $m7, $m7, -1
     brnz $m7, k_scale_f16_block

@@ -137,13 +137,16 @@ pub fn chain_issues(kernel: Kernel, units: u64) -> u64 {
 }
 
 /// Worker issues of the alpha kernel over two segments of `(chunks, blocks)`: setup 9 (shl, add,
-/// 6 loads, `setzi`); per segment its two `brz` (one if it has no chunks), per block `or`, `add`,
-/// 9 per chunk, `add`, `add`, `brnz`, then 3 loads, `add`, `brnz`; `exit`.
+/// 6 loads, `setzi`); per segment its two `brz` (one if it has no chunks), per block the first
+/// chunk and the second's load (2 moves, 7), the count `add` and `brz`, then when there are more
+/// chunks an `add` and 7 per further chunk, the last store, `add`, `add`, `brnz`; then 3 loads,
+/// `add`, `brnz`; `exit`.
 pub fn scale_issues(segments: [(u64, u64); 2]) -> u64 {
     let segment = |(chunks, blocks): (u64, u64)| match (chunks, blocks) {
         (0, _) => 1,
         (_, 0) => 2,
-        _ => 2 + blocks * (5 + 9 * chunks),
+        (1, _) => 2 + blocks * 15,
+        _ => 2 + blocks * (15 + 1 + 7 * (chunks - 1)),
     };
     9 + segments.iter().map(|&s| segment(s) + 5).sum::<u64>() + 1
 }
