@@ -100,7 +100,7 @@ fn amp_on<M: AmpMath>(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], pin: u64, x: u64, 
     let p = a[3] as usize & 3;
     let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
     let fp = cx.fp.as_deref_mut().ok_or(FaultKind::WrongContext)?;
-    let cwei = &cx.shared.cwei_f32;
+    let (bytes, cwei) = (&cx.shared.cwei, &mut cx.shared.cwei_f32);
     if p == 0 {
         fp.drain = fp.aacc;
         fp.aacc = [0.0; 16];
@@ -121,7 +121,7 @@ fn amp_on<M: AmpMath>(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], pin: u64, x: u64, 
                 fp.aacc[4 * p + i] += h;
             }
             let fx = Fp8Format::from_bit(infmt);
-            let w = &cwei.f8[((infmt >> 1) & 1) as usize];
+            let w = &cwei.f8_views(bytes)[((infmt >> 1) & 1) as usize];
             let scale = fp8::scale_from_bits(iscl);
             let xs: [f32; 8] = core::array::from_fn(|k| fp8::to_f32((x >> (8 * k)) as u8, fx));
             for n in 0..16 {

@@ -351,6 +351,7 @@ mod tests {
             for b in cwei.iter_mut() {
                 *b = (rand() & 0xBB) as u8;
             }
+            shared.cwei = cwei;
             shared.cwei_f32.refresh(&cwei);
             let mut fp = WorkerFp { nfmt: rand() & 1, scl: rand() & 7, ..WorkerFp::default() };
             for v in fp.aacc.iter_mut() {

@@ -71,29 +71,41 @@ pub struct Worker {
 pub struct CweiDecoded {
     /// The 256 f16 values.
     pub f16: [f32; CWEI_BYTES / 2],
-    /// The 512 FP8 values as F143 (`[0]`) and F152 (`[1]`).
-    pub f8: [[f32; CWEI_BYTES]; 2],
+    /// The 512 FP8 values as F143 (`[0]`) and F152 (`[1]`), decoded at the first `f8amp` after a
+    /// load ([`Self::f8_views`]): f16 matmuls never pay for them.
+    f8: [[f32; CWEI_BYTES]; 2],
+    /// Whether `f8` holds the store's current bytes.
+    f8_fresh: bool,
 }
 
 impl Default for CweiDecoded {
     fn default() -> Self {
-        CweiDecoded { f16: [0.0; CWEI_BYTES / 2], f8: [[0.0; CWEI_BYTES]; 2] }
+        CweiDecoded { f16: [0.0; CWEI_BYTES / 2], f8: [[0.0; CWEI_BYTES]; 2], f8_fresh: true }
     }
 }
 
 impl CweiDecoded {
-    /// Decode `bytes` in every view.
+    /// Decode `bytes` as f16 now, and as FP8 when first asked.
     pub fn refresh(&mut self, bytes: &[u8; CWEI_BYTES]) {
         for (i, v) in self.f16.iter_mut().enumerate() {
             *v = crate::f16bits::to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]));
         }
-        for (fmt, view) in
-            [crate::fp8::Fp8Format::E4M3, crate::fp8::Fp8Format::E5M2].iter().zip(self.f8.iter_mut())
-        {
-            for (v, b) in view.iter_mut().zip(bytes) {
-                *v = crate::fp8::to_f32(*b, *fmt);
+        self.f8_fresh = false;
+    }
+
+    /// The FP8 views of `bytes` (the store's bytes, which `refresh` was last given).
+    pub fn f8_views(&mut self, bytes: &[u8; CWEI_BYTES]) -> &[[f32; CWEI_BYTES]; 2] {
+        if !self.f8_fresh {
+            for (fmt, view) in
+                [crate::fp8::Fp8Format::E4M3, crate::fp8::Fp8Format::E5M2].iter().zip(self.f8.iter_mut())
+            {
+                for (v, b) in view.iter_mut().zip(bytes) {
+                    *v = crate::fp8::to_f32(*b, *fmt);
+                }
             }
+            self.f8_fresh = true;
         }
+        &self.f8
     }
 }
 
@@ -104,7 +116,8 @@ pub struct Shared {
     pub id: u16,
     /// AMP weight store.
     pub cwei: [u8; CWEI_BYTES],
-    /// The weight store decoded once per `ldcwei`: as 256 f16, and as 512 FP8 in each format.
+    /// The weight store decoded: as 256 f16 at each `ldcwei`, and as 512 FP8 in each format at
+    /// the first `f8amp` after it.
     pub cwei_f32: CweiDecoded,
     /// `$FP_INFMT`.
     pub fp_infmt: u32,
