@@ -326,7 +326,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         SoftmaxF16 => {
             let mut t = alloc::string::String::from(SOFTMAX);
             for (name, body) in [("MAX", SM_MAX), ("SUM", SM_SUM), ("APPLY", SM_APPLY)] {
-                let four = body.repeat(4);
+                let four = if name == "MAX" { SM_MAX4.into() } else { body.repeat(4) };
                 t = t
                     .replace(&alloc::format!("{{{name}4}}\n"), &four)
                     .replace(&alloc::format!("{{{name}}}\n"), body);
@@ -711,6 +711,14 @@ k_scale_f16_next:
 /// the two sum lanes and stored (f32) in the worker's `e` row; `f16(e · r)` from the stored `e`.
 const SM_MAX: &str = "    ld64pi $a0, $m11, 8
     f16v4max $a6, $a6, $a0
+";
+/// `{MAX4}`: a whole source block's four groups, each load bundled with the previous group's
+/// max (a bundle's halves read the registers as they were before it).
+const SM_MAX4: &str = "    ld64pi $a0, $m11, 8
+    { ld64pi $a2, $m11, 8 ; f16v4max $a6, $a6, $a0 }
+    { ld64pi $a0, $m11, 8 ; f16v4max $a6, $a6, $a2 }
+    { ld64pi $a2, $m11, 8 ; f16v4max $a6, $a6, $a0 }
+    f16v4max $a6, $a6, $a2
 ";
 const SM_SUM: &str = "    { ld64pi $a0, $m11, 8 ; fnop }
     f16v2tof32 $a2, $a0

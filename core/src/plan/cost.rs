@@ -234,13 +234,13 @@ pub fn softmax_issues(rows: u64, n: u64, be: u64) -> u64 {
     // twice, zeroes two sum lanes and loads the `e` row, the third adds the lanes, takes 1/sum and
     // loads the `e` row), the lane maxima folded into one (5), three heads of the leftover-group
     // loops and three of the tails (2 each), the row end (4); a loop-count adjust per pass for
-    // whole blocks and for leftover groups; per whole source block 4 × (2 + 15 + 6) plus its loop
+    // whole blocks and for leftover groups; per whole source block 5 + 4 × (15 + 6) plus its loop
     // moves (2, 2, 3 and 2 more when a destination block ends); per leftover group 3 + 16 + 7;
     // per tail value 6 + 11 + 8.
     let per_row = 45
         + 3 * u64::from(blocks > 0)
         + 3 * u64::from(rest > 0)
-        + 99 * blocks
+        + 96 * blocks
         + 2 * (4 * blocks / d)
         + 26 * rest
         + 25 * t;
