@@ -9,3 +9,4 @@ pub mod kernels;
 pub mod layernorm;
 pub mod map;
 pub mod runtime;
+mod softmax;
