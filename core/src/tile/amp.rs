@@ -42,11 +42,7 @@ pub struct Portable;
 impl AmpMath for Portable {
     #[inline(always)]
     fn f16_phase(acc: &mut [f32; 16], drain: &[f32; 16], p: usize, pin: u64, x: u64, w: &[f32; 64]) -> u64 {
-        let d = &drain[4 * p..4 * p + 4];
-        let out = from_halves([d[0], d[1], d[2], d[3]]);
-        for (i, h) in halves(pin).iter().enumerate() {
-            acc[4 * p + i] += h;
-        }
+        let out = drain_and_pin_f16(acc, drain, p, pin);
         columns::<16>(acc, halves(x), w);
         out
     }
@@ -60,6 +56,18 @@ impl AmpMath for Portable {
         columns::<8>(acc, halves(x), w);
         out
     }
+}
+
+/// Steps 2 and 3 of an f16-partials issue (`f16amp`, `f8amp`): returns `drain[4p..4p + 4]` rounded
+/// to f16 lanes, and adds the four f16 lanes of `pin` to `acc[4p..4p + 4]`.
+#[inline(always)]
+fn drain_and_pin_f16(acc: &mut [f32; 16], drain: &[f32; 16], p: usize, pin: u64) -> u64 {
+    let d = &drain[4 * p..4 * p + 4];
+    let out = from_halves([d[0], d[1], d[2], d[3]]);
+    for (i, h) in halves(pin).iter().enumerate() {
+        acc[4 * p + i] += h;
+    }
+    out
 }
 
 /// `acc[n] += (x0·w[0][n] + x1·w[1][n]) + (x2·w[2][n] + x3·w[3][n])` for the first `COLS`
@@ -100,28 +108,23 @@ fn amp_on<M: AmpMath>(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS], pin: u64, x: u64, 
     let p = a[3] as usize & 3;
     let (infmt, iscl) = (cx.shared.fp_infmt, cx.shared.fp_iscl);
     let fp = cx.fp.as_deref_mut().ok_or(FaultKind::WrongContext)?;
-    let (bytes, cwei) = (&cx.shared.cwei, &mut cx.shared.cwei_f32);
     if p == 0 {
         fp.drain = fp.aacc;
         fp.aacc = [0.0; 16];
     }
     let out = match kind {
         AmpKind::F16 => {
-            let w = cwei.f16[64 * p..64 * p + 64].try_into().expect("64 weights");
+            let w = cx.shared.cwei_f32.f16[64 * p..64 * p + 64].try_into().expect("64 weights");
             M::f16_phase(&mut fp.aacc, &fp.drain, p, pin, x, w)
         }
         AmpKind::F32 => {
-            let w = cwei.f16[32 * p..32 * p + 32].try_into().expect("32 weights");
+            let w = cx.shared.cwei_f32.f16[32 * p..32 * p + 32].try_into().expect("32 weights");
             M::f32_phase(&mut fp.aacc, &fp.drain, p, pin, x, w)
         }
         AmpKind::F8 => {
-            let d = &fp.drain[4 * p..4 * p + 4];
-            let out = from_halves([d[0], d[1], d[2], d[3]]);
-            for (i, h) in halves(pin).iter().enumerate() {
-                fp.aacc[4 * p + i] += h;
-            }
+            let out = drain_and_pin_f16(&mut fp.aacc, &fp.drain, p, pin);
             let fx = Fp8Format::from_bit(infmt);
-            let w = &cwei.f8_views(bytes)[((infmt >> 1) & 1) as usize];
+            let w = &cx.shared.cwei_f8()[((infmt >> 1) & 1) as usize];
             let scale = fp8::scale_from_bits(iscl);
             let xs: [f32; 8] = core::array::from_fn(|k| fp8::to_f32((x >> (8 * k)) as u8, fx));
             for n in 0..16 {

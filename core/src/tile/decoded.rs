@@ -201,9 +201,13 @@ impl Default for DecodeCache {
 }
 
 impl DecodeCache {
-    /// Use `kernels` for the fused AMP bundles from now on (entries decoded before are dropped).
+    /// Use `kernels` for the fused AMP bundles from now on (entries decoded before, if any, are
+    /// dropped: a fresh cache is left as it is).
     pub fn set_amp_kernels(&mut self, kernels: AmpKernels) {
-        *self = DecodeCache { entries: [Decoded::EMPTY; ENTRIES], kernels };
+        self.kernels = kernels;
+        if self.entries.iter().any(|e| e.pc != Decoded::EMPTY.pc) {
+            self.entries = [Decoded::EMPTY; ENTRIES];
+        }
     }
 
     /// The issue unit at `pc`, decoded (from the cache when the words in memory are the words it
@@ -351,8 +355,7 @@ mod tests {
             for b in cwei.iter_mut() {
                 *b = (rand() & 0xBB) as u8;
             }
-            shared.cwei = cwei;
-            shared.cwei_f32.refresh(&cwei);
+            shared.load_cwei(&cwei);
             let mut fp = WorkerFp { nfmt: rand() & 1, scl: rand() & 7, ..WorkerFp::default() };
             for v in fp.aacc.iter_mut() {
                 *v = (rand() % 64) as f32;

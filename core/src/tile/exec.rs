@@ -229,9 +229,7 @@ pub(crate) fn rpt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
 }
 pub(crate) fn ldcwei(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let src = mem::bytes(cx.mem, cx.m(a[0]), CWEI_BYTES as u32, 16)?;
-    cx.shared.cwei.copy_from_slice(src);
-    let bytes = cx.shared.cwei;
-    cx.shared.cwei_f32.refresh(&bytes);
+    cx.shared.load_cwei(src.try_into().expect("CWEI_BYTES bytes"));
     Ok(Flow::Next)
 }
 

@@ -86,15 +86,16 @@ impl Default for CweiDecoded {
 
 impl CweiDecoded {
     /// Decode `bytes` as f16 now, and as FP8 when first asked.
-    pub fn refresh(&mut self, bytes: &[u8; CWEI_BYTES]) {
+    fn refresh(&mut self, bytes: &[u8; CWEI_BYTES]) {
         for (i, v) in self.f16.iter_mut().enumerate() {
             *v = crate::f16bits::to_f32(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]));
         }
         self.f8_fresh = false;
     }
 
-    /// The FP8 views of `bytes` (the store's bytes, which `refresh` was last given).
-    pub fn f8_views(&mut self, bytes: &[u8; CWEI_BYTES]) -> &[[f32; CWEI_BYTES]; 2] {
+    /// The FP8 views of `bytes`, the bytes `refresh` was last given ([`Shared::cwei_f8`] is the
+    /// only caller, with the store's own bytes).
+    fn f8_views(&mut self, bytes: &[u8; CWEI_BYTES]) -> &[[f32; CWEI_BYTES]; 2] {
         if !self.f8_fresh {
             for (fmt, view) in
                 [crate::fp8::Fp8Format::E4M3, crate::fp8::Fp8Format::E5M2].iter().zip(self.f8.iter_mut())
@@ -114,10 +115,10 @@ impl CweiDecoded {
 pub struct Shared {
     /// Logical tile id.
     pub id: u16,
-    /// AMP weight store.
-    pub cwei: [u8; CWEI_BYTES],
-    /// The weight store decoded: as 256 f16 at each `ldcwei`, and as 512 FP8 in each format at
-    /// the first `f8amp` after it.
+    /// AMP weight store ([`Shared::load_cwei`] keeps it and its decoded views together).
+    cwei: [u8; CWEI_BYTES],
+    /// The weight store decoded: as 256 f16 at each load, and as 512 FP8 in each format at the
+    /// first `f8amp` after it.
     pub cwei_f32: CweiDecoded,
     /// `$FP_INFMT`.
     pub fp_infmt: u32,
@@ -125,6 +126,19 @@ pub struct Shared {
     pub fp_iscl: u32,
     /// `$OUTGOING_BASE`.
     pub outgoing_base: u32,
+}
+
+impl Shared {
+    /// Load the AMP weight store (`ldcwei`) and its f16 view; the FP8 views follow when asked.
+    pub fn load_cwei(&mut self, bytes: &[u8; CWEI_BYTES]) {
+        self.cwei = *bytes;
+        self.cwei_f32.refresh(bytes);
+    }
+
+    /// The weight store as 512 FP8 values in each format, F143 (`[0]`) and F152 (`[1]`).
+    pub fn cwei_f8(&mut self) -> &[[f32; CWEI_BYTES]; 2] {
+        self.cwei_f32.f8_views(&self.cwei)
+    }
 }
 
 /// What the supervisor is doing.

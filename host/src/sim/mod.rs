@@ -57,6 +57,14 @@ fn host_amp_kernels() -> AmpKernels {
     AmpKernels::PORTABLE
 }
 
+/// A reset tile with the device's AMP settings (`set_amp_batching`, `set_portable_amp`).
+fn new_tile(id: u16, entry: u32, batching: bool, kernels: AmpKernels) -> Tile {
+    let mut tile = Tile::new(id, entry);
+    tile.batching = batching;
+    tile.set_amp_kernels(kernels);
+    tile
+}
+
 impl std::fmt::Debug for SimDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SimDevice {{ tiles: {}, cycle: {} }}", self.tiles.len(), self.cycle)
@@ -75,14 +83,9 @@ impl SimDevice {
             .map_err(|e| DeviceError::Unavailable(format!("thread pool: {e}")))?;
         let n = cfg.tiles;
         let amp_kernels = host_amp_kernels();
-        let tile = |t: usize| {
-            let mut tile = Box::new(Tile::new(t as u16, TILE_MEM_BASE));
-            tile.set_amp_kernels(amp_kernels);
-            tile
-        };
         Ok(SimDevice {
             pool,
-            tiles: (0..n).map(tile).collect(),
+            tiles: (0..n).map(|t| Box::new(new_tile(t as u16, TILE_MEM_BASE, true, amp_kernels))).collect(),
             mems: (0..n).map(|_| vec![0u8; TILE_MEM_SIZE]).collect(),
             logs: vec![TileLog::default(); n],
             loaded: vec![false; n],
@@ -202,9 +205,7 @@ impl Device for SimDevice {
             self.mems[t][o..o + bytes.len()].copy_from_slice(bytes);
         }
         let t = self.check_tile(tile)?;
-        *self.tiles[t] = Tile::new(tile, entry);
-        self.tiles[t].batching = self.amp_batching;
-        self.tiles[t].set_amp_kernels(self.amp_kernels);
+        *self.tiles[t] = new_tile(tile, entry, self.amp_batching, self.amp_kernels);
         self.loaded[t] = true;
         Ok(())
     }
