@@ -41,6 +41,11 @@ pub const RPT_MAX_COUNT: u32 = 4095;
 pub const CWEI_LOAD_CYCLES: u32 = 32;
 /// Bytes in the AMP weight store (16×16 f16).
 pub const CWEI_BYTES: usize = 512;
+/// Supervisor cycles of `ldcweih`, which loads only the 8 engines `f32amp` reads (FS §3: 8 engines
+/// with ld128).
+pub const CWEI_HALF_LOAD_CYCLES: u32 = 16;
+/// Bytes `ldcweih` loads: the first half of the store, `f32amp`'s 16×8 f16 weights.
+pub const CWEI_HALF_BYTES: usize = 256;
 /// Host area at the top of data memory, below the range the SDK loader cannot write
 /// (FS §1.1: 0xE7BB0..0xE7FFF): the command mailbox and host data (*model*).
 pub const HOST_AREA_BASE: u32 = 0xE7B00;

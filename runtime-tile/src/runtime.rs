@@ -92,8 +92,8 @@ fn stamp(s: &mut String, n: u32) {
 /// The supervisor code of one step (straight-line: no loops over launches or exchange events).
 fn step_code(s: &mut String, step: &Step) {
     match step {
-        Step::LoadWeights(buf, off) => {
-            let _ = write!(s, "    setzi $m1, {buf}+{off}\n    ldcwei $m1\n");
+        Step::LoadWeights(buf, off, load) => {
+            let _ = write!(s, "    setzi $m1, {buf}+{off}\n    {} $m1\n", load.mnemonic());
         }
         Step::RunAll(k, desc, _) => {
             let _ = write!(
@@ -171,13 +171,13 @@ mod tests {
     /// runtime's; the phases' lines add up to the steps' part of the tile's code.
     #[test]
     fn phase_code_lines_add_up_per_phase() {
-        let run = |d: &str| Step::RunAll(Kernel::AmpF16, d.into(), 10);
+        let run = |d: &str| Step::RunAll(Kernel::AmpF16, d.into(), 10.into());
         let plan = TilePlan {
             buffers: Vec::new(),
             steps: alloc::vec![
                 Step::Sync,
                 Step::Phase("matmul S".into()),
-                Step::LoadWeights("B".into(), 0),
+                Step::LoadWeights("B".into(), 0, ipu_core::plan::CweiLoad::Full),
                 run("d0"),
                 Step::Phase("softmax P".into()),
                 run("d1"),

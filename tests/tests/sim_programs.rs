@@ -96,6 +96,25 @@ fn fp8_conversion_codes() {
     assert!(f16::from_bits(back[3]).is_nan());
 }
 
+#[test]
+fn ldcweih_loads_the_first_half_of_the_weight_store_in_16_cycles() {
+    let src = include_str!("../programs/ldcweih.s");
+    let (mut dev, prog, r) = run_one(src);
+    assert_eq!(r.expect("runs").cycle, 296);
+    let d = prog.sym("data");
+    // f16amp sums all 16 k: 8 × 2.0 from `wb`'s first half + 8 × 3.0 left from `wa` = 40.0.
+    assert_eq!(read_u16s(&mut dev, 0, d + 8, 16), [0x5100; 16]);
+    // f32amp reads only the first 256 bytes: 16 × 2.0 = 32.0.
+    let f32s = read(&mut dev, 0, d + 40, 32);
+    for (i, w) in f32s.chunks(4).enumerate() {
+        assert_eq!(u32::from_le_bytes(w.try_into().unwrap()), 32f32.to_bits(), "f32 output {i}");
+    }
+    // Loading the whole store the second time instead: `run` issues 16 cycles later, at 68, and the
+    // worker's first slot-0 cycle after it is 72 (not 70): 18 cycles later in all.
+    let (_, _, full) = run_one(&src.replace("ldcweih $m1", "ldcwei $m1"));
+    assert_eq!(full.expect("runs").cycle, 296 + 18);
+}
+
 /// The AMP program for `workers` workers (1 or 6) and `rows` rows each; returns the device, the
 /// device cycles of the run and whether every output matched the hand-written reference.
 fn amp_block(workers: usize, rows: usize, threads: usize) -> (u64, Vec<Vec<u16>>) {

@@ -26,6 +26,8 @@ fn code_constants() -> BTreeMap<&'static str, f64> {
         ("RPT_MAX_COUNT", target::RPT_MAX_COUNT as f64),
         ("CWEI_LOAD_CYCLES", target::CWEI_LOAD_CYCLES as f64),
         ("CWEI_BYTES", target::CWEI_BYTES as f64),
+        ("CWEI_HALF_LOAD_CYCLES", target::CWEI_HALF_LOAD_CYCLES as f64),
+        ("CWEI_HALF_BYTES", target::CWEI_HALF_BYTES as f64),
         ("HOST_AREA_BASE", target::HOST_AREA_BASE as f64),
         ("HOST_AREA_BYTES", target::HOST_AREA_BYTES as f64),
         ("HOST_PAGE_BYTES", target::HOST_PAGE_BYTES as f64),

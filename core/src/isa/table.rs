@@ -146,6 +146,8 @@ table! {
     Rpt = "rpt", 0xA600_0000, Sys, Worker, ONE, Model, [m("count", 0), u("bundles", 4, 8)], x::rpt;
     LdCwei = "ldcwei", 0xA700_0000, Sys, Sup, Cost::Fixed(crate::target::CWEI_LOAD_CYCLES), Model,
         [m("addr", 0)], x::ldcwei;
+    LdCweiH = "ldcweih", 0xAB00_0000, Sys, Sup, Cost::Fixed(crate::target::CWEI_HALF_LOAD_CYCLES), Model,
+        [m("addr", 0)], x::ldcweih;
     Brnz = "brnz", 0xA800_0000, Sys, Any, ONE, Model,
         [m("src", 0), scaled(u("target", 4, 19), 4)], x::brnz;
     Brnzdec = "brnzdec", 0xA900_0000, Sys, Any, ONE, Model,

@@ -552,8 +552,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 p.steps.push(Step::LoadWeights(
                                     format!("s{}", bt.0).into(),
                                     ((kbl * nb + nbl) * wbytes) as u32,
+                                    super::CweiLoad::for_kernel(amp),
                                 ));
-                                let n = cost::kernel_issues(amp, (wr[0].1 - wr[0].0 + 1) as u32);
+                                let n = super::Issues::of_workers(
+                                    wr.iter().map(|(w0, w1)| cost::kernel_issues(amp, (w1 - w0 + 1) as u32)),
+                                );
                                 p.run(amp, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                             }
                         }

@@ -1,8 +1,8 @@
 //! The cost model: predicted cycles of a `run` call from the target model (docs/target.md §3–§6)
 //! and the kernels' instruction counts (`ipu-runtime-tile`, docs/kernels.md).
 
-use super::{Kernel, Step, TilePlan};
-use crate::target::{BARREL_SLOTS, CWEI_LOAD_CYCLES, SYNC_CYCLES};
+use super::{Issues, Kernel, Step, TilePlan};
+use crate::target::{BARREL_SLOTS, SYNC_CYCLES};
 
 /// Predicted cycles.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -255,6 +255,24 @@ pub fn runall_cycles(max_issues: u64) -> u64 {
     BARREL_SLOTS * max_issues + 2
 }
 
+/// When a launch whose `runall` issues at `run` ends: the cycle of the last slowest worker's
+/// `exit` and that worker's slot (docs/target.md §3: worker `k` first issues at the first cycle
+/// after `run` in slot `k`, then every 6 cycles; the supervisor's `sync 2` completes the cycle
+/// after the last exit). `before` is the previous launch's end in the same superstep, which fixes
+/// the slot of `run`; without one, `run` is taken in the slot of the highest slowest worker,
+/// which then starts last, 6 cycles after `run`: the latest end any slot could give.
+pub fn launch_end(run: u64, issues: Issues, before: Option<(u64, u64)>) -> (u64, u64) {
+    let slots = BARREL_SLOTS;
+    let slowest = (0..slots).filter(|k| issues.slowest >> k & 1 == 1);
+    let run_slot = match before {
+        Some((exit, slot)) => (slot + (run - exit)) % slots,
+        None => slowest.clone().max().unwrap_or(slots - 1),
+    };
+    let start = |k: u64| run + 1 + (k + 2 * slots - run_slot - 1) % slots;
+    let (first_issue, slot) = slowest.map(|k| (start(k), k)).max().unwrap_or((run + slots, run_slot));
+    (first_issue + slots * issues.max.saturating_sub(1), slot)
+}
+
 /// Supervisor instructions of the runtime around the phases: command fetch (setzi, ld32, brnz,
 /// call) and return (br) before the host sync.
 const CALL_OVERHEAD: u64 = 5;
@@ -285,11 +303,18 @@ pub fn predict(tiles: &[TilePlan], exchange_horizon: &[u64]) -> Cost {
         // The profiled runtime stamps the host-sync release: setzi of the base, get, st32.
         let mut time = CALL_OVERHEAD - 1 + if profiled { 3 } else { 0 };
         let mut xi = 0;
+        // The last worker exit of this superstep and its slot: the next `runall`'s slot follows
+        // from it. The first launch after a sync is taken at its latest end.
+        let mut last_exit: Option<(u64, u64)> = None;
         for step in t.steps.iter() {
             match step {
-                Step::LoadWeights(..) => time += 1 + CWEI_LOAD_CYCLES as u64,
+                Step::LoadWeights(_, _, load) => time += 1 + load.cycles() as u64,
                 Step::SetCsr(..) => time += 2,
-                Step::RunAll(_, _, issues) => time += 2 + runall_cycles(*issues),
+                Step::RunAll(_, _, issues) => {
+                    let (exit, slot) = launch_end(time + 2, *issues, last_exit);
+                    last_exit = Some((exit, slot));
+                    time = exit + 2;
+                }
                 Step::Phase(_) => {}
                 Step::Stamp(n) => time += stamp_cycles(*n),
                 Step::Sync | Step::Exchange(_) => {
@@ -302,6 +327,7 @@ pub fn predict(tiles: &[TilePlan], exchange_horizon: &[u64]) -> Cost {
                     longest[ss] = longest[ss].max(time);
                     ss += 1;
                     time = 0;
+                    last_exit = None;
                 }
             }
         }

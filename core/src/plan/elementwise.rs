@@ -349,7 +349,7 @@ pub fn unary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
                 .collect();
             let (bufs, copy_issues) = word_launch(segs, cost::copy_issues, "cl", "cd");
             p.buffers.extend(bufs);
-            p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), copy_issues));
+            p.steps.push(super::Step::RunAll(Kernel::CopyWords, "cd".into(), copy_issues.into()));
         }
         p.run(kernel, "dew", words, issues);
     }

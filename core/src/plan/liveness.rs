@@ -138,7 +138,7 @@ pub(super) fn finish(tile: &mut TilePlan, starts: &[usize], limit: u64) -> u64 {
         }
         let (list, desc) = (format!("z{k}_l"), format!("z{k}_d"));
         let (bufs, issues) = super::redistribute::word_launch(segs, cost::zero_issues, &list, &desc);
-        launches.push((at, bufs, Step::RunAll(Kernel::ZeroWords, desc.into(), issues)));
+        launches.push((at, bufs, Step::RunAll(Kernel::ZeroWords, desc.into(), issues.into())));
     }
     // Later stages first, so that earlier insertion points stay valid.
     for (at, bufs, step) in launches.into_iter().rev() {

@@ -271,7 +271,8 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
     let kbt = mm.kb().div_ceil(g.tk);
     let rw = rows.div_ceil(WORKERS as u64);
     let (amp, add) = mm.kernel();
-    let compute = nbt * kbt * (33 + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
+    let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
+    let compute = nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
     let mut total = compute + 5 + 90;
     // Rows per worker on the tiles that finish the sums.
     let mut finish_rw = rw;
@@ -575,10 +576,10 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                         p.steps.push(Step::LoadWeights(
                             "B".into(),
                             ((kbl * nbt + nbl) * mm.block_bytes() as u64) as u32,
+                            super::CweiLoad::for_kernel(amp),
                         ));
-                        let issues = kernel_issues(
-                            amp,
-                            wr.iter().map(|(w0, w1)| w1 - w0 + 1).max().unwrap_or(1) as u32,
+                        let issues = super::Issues::of_workers(
+                            wr.iter().map(|(w0, w1)| kernel_issues(amp, (w1 - w0 + 1) as u32)),
                         );
                         p.run(amp, smol_str::format_smolstr!("d{nbl}_{kbl}"), words, issues);
                     }

@@ -168,14 +168,79 @@ pub enum Kernel {
     AddBlocksF32,
 }
 
+/// How much of the AMP weight store a [`Step::LoadWeights`] fills (docs/target.md §4.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CweiLoad {
+    /// `ldcwei`: all 512 bytes, the 16 engines `f16amp` and `f8amp` read.
+    Full,
+    /// `ldcweih`: the first 256 bytes, all that `f32amp` reads, in half the time.
+    Half,
+}
+
+impl CweiLoad {
+    /// The load an AMP kernel needs.
+    pub fn for_kernel(amp: Kernel) -> Self {
+        if amp == Kernel::AmpF32 {
+            CweiLoad::Half
+        } else {
+            CweiLoad::Full
+        }
+    }
+    /// Supervisor cycles of the load instruction.
+    pub fn cycles(self) -> u32 {
+        match self {
+            CweiLoad::Full => crate::target::CWEI_LOAD_CYCLES,
+            CweiLoad::Half => crate::target::CWEI_HALF_LOAD_CYCLES,
+        }
+    }
+    /// The instruction.
+    pub fn mnemonic(self) -> &'static str {
+        match self {
+            CweiLoad::Full => "ldcwei",
+            CweiLoad::Half => "ldcweih",
+        }
+    }
+}
+
+/// The cost model's input for one launch: the slowest worker's issues and which workers issue
+/// that many. When the slowest are not all six, when the launch ends depends on which of them
+/// starts last, and that depends on the cycle `runall` issues at (docs/target.md §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Issues {
+    /// Issues of the slowest worker.
+    pub max: u64,
+    /// Bit `k` is set when worker `k` issues `max`.
+    pub slowest: u8,
+}
+
+impl Issues {
+    /// Every worker counted as slowest: the latest end whatever cycle `runall` issues at.
+    pub fn all(max: u64) -> Self {
+        Issues { max, slowest: 0x3F }
+    }
+    /// From each worker's issues (worker `k` at index `k`).
+    pub fn of_workers(per_worker: impl IntoIterator<Item = u64>) -> Self {
+        let per: Vec<u64> = per_worker.into_iter().collect();
+        let max = per.iter().copied().max().unwrap_or(0);
+        let slowest = per.iter().enumerate().filter(|(_, &i)| i == max).fold(0u8, |m, (k, _)| m | 1 << k);
+        Issues { max, slowest }
+    }
+}
+
+impl From<u64> for Issues {
+    fn from(max: u64) -> Self {
+        Issues::all(max)
+    }
+}
+
 /// One step of a tile's `run` call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Load the AMP weight store from a buffer.
-    LoadWeights(Sym, u32),
-    /// Start six workers on a kernel with a descriptor table and wait for them; the slowest
-    /// worker issues this many instructions (the cost model's input).
-    RunAll(Kernel, Sym, u64),
+    /// Load the AMP weight store, or the part of it the kernel reads, from a buffer.
+    LoadWeights(Sym, u32, CweiLoad),
+    /// Start six workers on a kernel with a descriptor table and wait for them; what the
+    /// slowest workers issue is the cost model's input.
+    RunAll(Kernel, Sym, Issues),
     /// An internal sync (every tile has the same number).
     Sync,
     /// Timed exchange code, then an internal sync.
@@ -213,7 +278,7 @@ impl TilePlan {
     }
 
     /// [`TilePlan::launch`] within the phase already open (a further kernel of the same op).
-    pub fn run(&mut self, kernel: Kernel, name: impl Into<Sym>, words: Vec<Word>, issues: u64) {
+    pub fn run(&mut self, kernel: Kernel, name: impl Into<Sym>, words: Vec<Word>, issues: impl Into<Issues>) {
         let name = name.into();
         self.buffers.push(Buffer {
             name: name.clone(),
@@ -223,7 +288,7 @@ impl TilePlan {
             init: words,
             live: Live::ALWAYS,
         });
-        self.steps.push(Step::RunAll(kernel, name, issues));
+        self.steps.push(Step::RunAll(kernel, name, issues.into()));
     }
 }
 
@@ -610,7 +675,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
         base[first..].iter().take_while(|e| e.0 == h).find(|e| e.1 == name).map(|e| e.2)
     };
     for step in tile.steps.iter_mut() {
-        if let Step::RunAll(_, desc, _) = step {
+        if let Step::RunAll(_, desc, ..) = step {
             if let Some(off) = offset(desc.as_str()) {
                 *desc = alloc::format!("D+{off}").into();
             }

@@ -413,7 +413,7 @@ pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
     for (tile, (buffers, issues)) in s.copies {
         let p = &mut tiles[tile as usize];
         p.buffers.extend(buffers);
-        p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd").into(), issues));
+        p.steps.push(Step::RunAll(Kernel::CopyWords, format!("{tag}cd").into(), issues.into()));
     }
 }
 

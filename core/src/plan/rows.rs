@@ -138,8 +138,8 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
         }
         if shared {
             p.launch(super::op_phase(g, op), Kernel::LayerNormSum, "dln", words, issues[0]);
-            p.steps.push(Step::RunAll(Kernel::LayerNormVar, "dln".into(), issues[1]));
-            p.steps.push(Step::RunAll(Kernel::LayerNormApply, "dln".into(), issues[2]));
+            p.steps.push(Step::RunAll(Kernel::LayerNormVar, "dln".into(), issues[1].into()));
+            p.steps.push(Step::RunAll(Kernel::LayerNormApply, "dln".into(), issues[2].into()));
             continue;
         }
         p.launch(super::op_phase(g, op), Kernel::LayerNormF16, "dln", words, issues[0]);

@@ -450,7 +450,7 @@ fn rename(p: &mut Plan, tag: &str) {
         }
         for step in t.steps.iter_mut() {
             match step {
-                Step::LoadWeights(s, _) | Step::RunAll(_, s, _) => re(s),
+                Step::LoadWeights(s, ..) | Step::RunAll(_, s, _) => re(s),
                 Step::Exchange(evs) => {
                     for e in evs.iter_mut() {
                         if let Event::Pointer { buffer, .. } | Event::Send { buffer, .. } = e {

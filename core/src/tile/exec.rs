@@ -5,7 +5,7 @@ use super::{mem, FaultKind, Regs, Shared, TileBus, WorkerFp};
 use crate::f16bits;
 use crate::fp8::{self, Fp8Format};
 use crate::isa::MAX_FIELDS;
-use crate::target::{csr, CWEI_BYTES};
+use crate::target::{csr, CWEI_BYTES, CWEI_HALF_BYTES};
 use half::f16;
 
 /// Semantics of one instruction.
@@ -230,6 +230,11 @@ pub(crate) fn rpt(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
 pub(crate) fn ldcwei(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     let src = mem::bytes(cx.mem, cx.m(a[0]), CWEI_BYTES as u32, 16)?;
     cx.shared.load_cwei(src.try_into().expect("CWEI_BYTES bytes"));
+    Ok(Flow::Next)
+}
+pub(crate) fn ldcweih(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let src = mem::bytes(cx.mem, cx.m(a[0]), CWEI_HALF_BYTES as u32, 16)?;
+    cx.shared.load_cwei_half(src.try_into().expect("CWEI_HALF_BYTES bytes"));
     Ok(Flow::Next)
 }
 

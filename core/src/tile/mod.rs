@@ -10,7 +10,7 @@ pub mod mem;
 
 pub use fault::{CtxId, Fault, FaultKind};
 
-use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, RPT_MAX_COUNT, WORKERS};
+use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, CWEI_HALF_BYTES, RPT_MAX_COUNT, WORKERS};
 use decoded::DecodeCache;
 use exec::{Cx, Flow};
 
@@ -133,6 +133,13 @@ impl Shared {
     pub fn load_cwei(&mut self, bytes: &[u8; CWEI_BYTES]) {
         self.cwei = *bytes;
         self.cwei_f32.refresh(bytes);
+    }
+
+    /// Load the first half of the weight store (`ldcweih`): the rest keeps its bytes.
+    pub fn load_cwei_half(&mut self, bytes: &[u8; CWEI_HALF_BYTES]) {
+        let mut all = self.cwei;
+        all[..CWEI_HALF_BYTES].copy_from_slice(bytes);
+        self.load_cwei(&all);
     }
 
     /// The weight store as 512 FP8 values in each format, F143 (`[0]`) and F152 (`[1]`).
