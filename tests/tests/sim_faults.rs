@@ -143,3 +143,17 @@ fn halt_with_workers_running() {
     let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n halt\nw:\n bri w\n");
     assert_eq!((f.ctx, f.pc, f.kind), (CtxId::Sup, 0x4c008, FaultKind::WorkersRunning));
 }
+
+#[test]
+fn weight_loads_are_aligned_in_memory_and_supervisor_only() {
+    // `ldcweih` reads 256 bytes, 16-byte aligned (docs/target.md §4.4), as `ldcwei` reads 512.
+    let f = fault_of("main:\n setzi $m1, 0x60008\n ldcweih $m1\n halt\n");
+    assert_eq!(f.kind, FaultKind::Misaligned { addr: 0x60008, align: 16 });
+    // The last 256 bytes of tile memory can be loaded by `ldcweih`, not by `ldcwei`.
+    let last = ipu_core::target::TILE_MEM_END - 256;
+    assert!(run_one(&format!("main:\n setzi $m1, {last:#x}\n ldcweih $m1\n sync 15\n halt\n")).2.is_ok());
+    let f = fault_of(&format!("main:\n setzi $m1, {last:#x}\n ldcwei $m1\n halt\n"));
+    assert_eq!(f.kind, FaultKind::OutOfRange { addr: last, len: 512 });
+    let f = fault_of("main:\n setzi $m0, w\n run $m0, $m0\n sync 2\n halt\nw:\n ldcweih $m0\n exit\n");
+    assert_eq!((f.ctx, f.kind), (CtxId::Worker(0), FaultKind::WrongContext));
+}
