@@ -321,10 +321,18 @@ pub fn build_model(
             let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
                 unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
             });
-            let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
+            let mut done: Vec<Option<Linked>> =
+                done.into_iter().map(|r| r.map(Some)).collect::<Result<_, _>>()?;
+            // A unique image is moved to the last tile that uses it, copied to the others.
+            let mut last = vec![0; done.len()];
+            for (t, &u) in index.iter().enumerate() {
+                last[u] = t;
+            }
             Ok((0..codes.len())
                 .map(|t| {
-                    let mut l = done[index[t]].clone();
+                    let u = index[t];
+                    let mut l = if last[u] == t { done[u].take() } else { done[u].clone() }
+                        .expect("a unique image is taken only by its last tile");
                     l.image.tile = t as u16;
                     l
                 })
@@ -340,6 +348,20 @@ pub fn build_model(
         "placing generated tile programs"
     );
     let bindings = phase("place_storage", &mut timings, || resolve_bindings(&graph, &plan, &linked));
+    // The tiles' plans and code texts are in the images now: at SigLIP scale they are most of the
+    // build's memory (attention on 1472 tiles: 0.5 GB of descriptor words), so they go before the
+    // package is written.
+    let phases = plan.phases();
+    drop(codes);
+    drop(core::mem::take(&mut plan.tiles));
+    let memory: Vec<_> = linked.iter().map(|l| l.memory).collect();
+    let profile = plan.profile.as_ref().map(|p| {
+        let mut p = p.clone();
+        for (t, samples) in p.tiles.iter_mut().enumerate() {
+            samples.buffer = linked[t].symbols[ipu_core::plan::profile::BUFFER];
+        }
+        p
+    });
     info!(
         final_cycles = plan.cost.cycles,
         final_exchange = plan.cost.exchange,
@@ -351,13 +373,13 @@ pub fn build_model(
     timings.push(("plan_package", ms));
     let package = Package {
         tile_count: opts.tiles as u32,
-        tiles: linked.iter().map(|l| l.image.clone()).collect(),
+        tiles: linked.into_iter().map(|l| l.image).collect(),
         config: CONFIG_WRITES.to_vec(),
         bindings,
         host: HostExchange {
             page_bytes: ipu_core::target::HOST_PAGE_BYTES as u32,
             mailbox: ipu_runtime_tile::runtime::MAILBOX_ADDR,
-            calls: vec![Call { name: "run".into(), command: 0, phases: plan.phases() }],
+            calls: vec![Call { name: "run".into(), command: 0, phases }],
         },
         symbols: vec![Symbol {
             name: "mailbox".into(),
@@ -377,15 +399,9 @@ pub fn build_model(
             predicted_exchange_cycles: plan.cost.exchange,
             baseline_cycles: searched.map(|s| s.0).unwrap_or(plan.cost.cycles),
             search_attempts: searched.map(|s| s.1).unwrap_or(0),
-            memory: linked.iter().map(|l| l.memory).collect(),
+            memory,
             grids: plan.grids.clone(),
-            profile: plan.profile.as_ref().map(|p| {
-                let mut p = p.clone();
-                for (t, samples) in p.tiles.iter_mut().enumerate() {
-                    samples.buffer = linked[t].symbols[ipu_core::plan::profile::BUFFER];
-                }
-                p
-            }),
+            profile,
         },
     };
     info!(tiles = opts.tiles, "writing application package");
