@@ -89,18 +89,38 @@ fn stamp(s: &mut String, n: u32) {
     let _ = write!(s, "    get $m8, {}\n    st32 $m8, $m9, $m15, {}\n", csr::COUNT_L, 4 * (n % per));
 }
 
-/// The supervisor code of one step (straight-line: no loops over launches or exchange events).
-fn step_code(s: &mut String, step: &Step) {
-    match step {
+/// The supervisor code of step `i` (straight-line: no loops over launches or exchange events).
+/// A launch that sets up the next (`cost::sets_up_next_launch`) loads the next weight address into
+/// `$m2` and the next kernel and table into `$m0`, `$m1` while its workers run; that load and
+/// launch then have no `setzi` of their own.
+fn step_code(s: &mut String, steps: &[Step], i: usize) {
+    use ipu_core::plan::cost::sets_up_next_launch;
+    let set_up = |back: usize| i >= back && sets_up_next_launch(steps, i - back);
+    match &steps[i] {
         Step::LoadWeights(buf, off, load) => {
-            let _ = write!(s, "    setzi $m1, {buf}+{off}\n    {} $m1\n", load.mnemonic());
+            if set_up(1) {
+                let _ = writeln!(s, "    {} $m2", load.mnemonic());
+            } else {
+                let _ = write!(s, "    setzi $m1, {buf}+{off}\n    {} $m1\n", load.mnemonic());
+            }
         }
         Step::RunAll(k, desc, _) => {
-            let _ = write!(
-                s,
-                "    setzi $m0, {}\n    setzi $m1, {desc}\n    runall $m0, $m1\n    sync 2\n",
-                crate::kernels::label(*k)
-            );
+            if !set_up(2) {
+                let _ = write!(s, "    setzi $m0, {}\n    setzi $m1, {desc}\n", crate::kernels::label(*k));
+            }
+            s.push_str("    runall $m0, $m1\n");
+            if sets_up_next_launch(steps, i) {
+                if let (Step::LoadWeights(buf, off, _), Step::RunAll(k2, desc2, _)) =
+                    (&steps[i + 1], &steps[i + 2])
+                {
+                    let _ = write!(
+                        s,
+                        "    setzi $m2, {buf}+{off}\n    setzi $m0, {}\n    setzi $m1, {desc2}\n",
+                        crate::kernels::label(*k2)
+                    );
+                }
+            }
+            s.push_str("    sync 2\n");
         }
         Step::Sync => s.push_str("    sync 3\n"),
         Step::SetCsr(c, v) => {
@@ -119,13 +139,13 @@ pub fn phase_code_lines(plan: &TilePlan) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = Vec::new();
     let mut phase = String::from("runtime");
     let mut s = String::new();
-    for step in &plan.steps {
+    for (i, step) in plan.steps.iter().enumerate() {
         if let Step::Phase(p) = step {
             phase = String::from(p.as_str());
             continue;
         }
         s.clear();
-        step_code(&mut s, step);
+        step_code(&mut s, &plan.steps, i);
         let lines = s.lines().count();
         match out.iter_mut().find(|(p, _)| *p == phase) {
             Some((_, n)) => *n += lines,
@@ -149,11 +169,11 @@ pub fn tile_code(plan: &TilePlan) -> String {
          call $m10, phases\n    sync 15\n    bri cmd\nstop:\n    halt\nphases:\n",
     );
     let mut kernels = BTreeSet::new();
-    for step in &plan.steps {
+    for (i, step) in plan.steps.iter().enumerate() {
         if let Step::RunAll(k, ..) = step {
             kernels.insert(*k);
         }
-        step_code(&mut s, step);
+        step_code(&mut s, &plan.steps, i);
     }
     s.push_str("    br $m10\n");
     for k in kernels {
@@ -193,5 +213,40 @@ mod tests {
         let code = tile_code(&plan);
         let body = code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap();
         assert_eq!(body.lines().count(), parts.iter().map(|p| p.1).sum::<usize>());
+    }
+
+    /// A launch whose early workers leave the supervisor time sets up the next weight load and
+    /// launch; one whose workers all finish together, or with one early worker, does not.
+    #[test]
+    fn a_launch_sets_up_the_next_only_when_two_workers_finish_early() {
+        use ipu_core::plan::{CweiLoad, Issues};
+        let code_of = |issues: Issues| {
+            let plan = TilePlan {
+                buffers: Vec::new(),
+                steps: alloc::vec![
+                    Step::LoadWeights("B".into(), 0, CweiLoad::Full),
+                    Step::RunAll(Kernel::AmpF16, "d0".into(), issues),
+                    Step::LoadWeights("B".into(), 512, CweiLoad::Full),
+                    Step::RunAll(Kernel::AmpF16, "d1".into(), issues),
+                ],
+            };
+            let code = tile_code(&plan);
+            String::from(code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap())
+        };
+        // Workers 0 and 1 take one more row (4 issues) than the other four.
+        let early = Issues::of_workers([26, 26, 22, 22, 22, 22]);
+        assert_eq!(
+            code_of(early),
+            "    setzi $m1, B+0\n    ldcwei $m1\n    setzi $m0, k_amp_f16\n    setzi $m1, d0\n    \
+             runall $m0, $m1\n    setzi $m2, B+512\n    setzi $m0, k_amp_f16\n    setzi $m1, d1\n    \
+             sync 2\n    ldcwei $m2\n    runall $m0, $m1\n    sync 2\n"
+        );
+        for late in [
+            Issues::all(26),
+            Issues::of_workers([26, 26, 26, 26, 26, 22]),
+            Issues::of_workers([26, 26, 23, 23, 23, 23]),
+        ] {
+            assert!(code_of(late).contains("sync 2\n    setzi $m1, B+512\n    ldcwei $m1\n"), "{late:?}");
+        }
     }
 }

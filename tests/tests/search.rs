@@ -21,10 +21,17 @@ fn simulate(pkg: &ipu_host::package::Package) -> u64 {
     dev.run_to_host_sync().unwrap().cycles
 }
 
+/// The example's matmul at 300×200·200×100: on 1472 tiles its baseline grid is not the best one
+/// the search finds. (At the example's own 200×100·100×72 the baseline is already the best grid the
+/// search reaches since a launch sets up the next one: docs/kernels.md.)
+fn larger_example() -> String {
+    example().replace("shape = [200, 100]", "shape = [300, 200]").replace("shape = [100, 72]", "shape = [200, 100]")
+}
+
 #[test]
 fn searched_program_beats_the_baseline_in_simulated_cycles() {
-    let base = build("m.toml", &example(), &opts(2, 0, None)).unwrap();
-    let searched = build("m.toml", &example(), &opts(2, 16, None)).unwrap();
+    let base = build("m.toml", &larger_example(), &opts(2, 0, None)).unwrap();
+    let searched = build("m.toml", &larger_example(), &opts(2, 16, None)).unwrap();
     let (b, s) = (simulate(&base.package), simulate(&searched.package));
     println!(
         "matmul example: baseline {b} cycles, searched {s} cycles ({:+.1}%)",

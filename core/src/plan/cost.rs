@@ -273,6 +273,21 @@ pub fn launch_end(run: u64, issues: Issues, before: Option<(u64, u64)>) -> (u64,
     (first_issue + slots * issues.max.saturating_sub(1), slot)
 }
 
+/// Whether the launch at `steps[i]` also sets up the next one: when it is followed by a weight
+/// load and another launch, and at least two of its workers finish 4 or more issues before the
+/// slowest, the supervisor issues the next launch's three `setzi` (weights, kernel, table) and its
+/// `sync 2` in the slots those workers free (docs/target.md §3): each exits at least 19 cycles
+/// before the last worker, so its slot comes round three times before then. The weight load then
+/// follows the last exit at once. Shared by the runtime's emitter and [`predict`].
+pub fn sets_up_next_launch(steps: &[Step], i: usize) -> bool {
+    let Some(Step::RunAll(_, _, issues)) = steps.get(i) else { return false };
+    let early = (!issues.slowest & 0x3F).count_ones();
+    matches!(steps.get(i + 1), Some(Step::LoadWeights(..)))
+        && matches!(steps.get(i + 2), Some(Step::RunAll(..)))
+        && early >= 2
+        && issues.spare >= 4
+}
+
 /// Supervisor instructions of the runtime around the phases: command fetch (setzi, ld32, brnz,
 /// call) and return (br) before the host sync.
 const CALL_OVERHEAD: u64 = 5;
@@ -306,12 +321,15 @@ pub fn predict(tiles: &[TilePlan], exchange_horizon: &[u64]) -> Cost {
         // The last worker exit of this superstep and its slot: the next `runall`'s slot follows
         // from it. The first launch after a sync is taken at its latest end.
         let mut last_exit: Option<(u64, u64)> = None;
-        for step in t.steps.iter() {
+        for (i, step) in t.steps.iter().enumerate() {
+            // Whether this step's `setzi` ran during the launch two or one steps before.
+            let set_up = |back: usize| i >= back && sets_up_next_launch(&t.steps, i - back);
             match step {
-                Step::LoadWeights(_, _, load) => time += 1 + load.cycles() as u64,
+                Step::LoadWeights(_, _, load) => time += u64::from(!set_up(1)) + load.cycles() as u64,
                 Step::SetCsr(..) => time += 2,
                 Step::RunAll(_, _, issues) => {
-                    let (exit, slot) = launch_end(time + 2, *issues, last_exit);
+                    let setzi = if set_up(2) { 0 } else { 2 };
+                    let (exit, slot) = launch_end(time + setzi, *issues, last_exit);
                     last_exit = Some((exit, slot));
                     time = exit + 2;
                 }

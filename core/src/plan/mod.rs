@@ -211,19 +211,22 @@ pub struct Issues {
     pub max: u64,
     /// Bit `k` is set when worker `k` issues `max`.
     pub slowest: u8,
+    /// How many fewer issues the other workers have at most (0 when all six are slowest).
+    pub spare: u64,
 }
 
 impl Issues {
     /// Every worker counted as slowest: the latest end whatever cycle `runall` issues at.
     pub fn all(max: u64) -> Self {
-        Issues { max, slowest: 0x3F }
+        Issues { max, slowest: 0x3F, spare: 0 }
     }
     /// From each worker's issues (worker `k` at index `k`).
     pub fn of_workers(per_worker: impl IntoIterator<Item = u64>) -> Self {
         let per: Vec<u64> = per_worker.into_iter().collect();
         let max = per.iter().copied().max().unwrap_or(0);
         let slowest = per.iter().enumerate().filter(|(_, &i)| i == max).fold(0u8, |m, (k, _)| m | 1 << k);
-        Issues { max, slowest }
+        let others = per.iter().copied().filter(|&i| i < max).max();
+        Issues { max, slowest, spare: others.map_or(0, |o| max - o) }
     }
 }
 
