@@ -401,6 +401,7 @@ pub fn build_model(
             search_attempts: searched.map(|s| s.1).unwrap_or(0),
             memory,
             grids: plan.grids.clone(),
+            alpha_on_a: plan.alpha_on_a.iter().map(|&i| i as u32).collect(),
             profile,
         },
     };

@@ -395,7 +395,8 @@ fn prepare_iteration(
     let inputs_seconds = start.elapsed().as_secs_f64();
     let t0 = Instant::now();
     sources.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let reference = reference::evaluate(graph, sources, &pkg.plan.grids).map_err(RunError::Input)?;
+    let reference = reference::evaluate(graph, sources, &pkg.plan.grids, &pkg.plan.alpha_on_a)
+        .map_err(RunError::Input)?;
     Ok(Prepared { inputs, reference, inputs_seconds, reference_seconds: t0.elapsed().as_secs_f64() })
 }
 

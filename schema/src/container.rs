@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"IPUEXE\0\x01";
 /// Current format version.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Architecture id of the Mk2 model.
 pub const ARCH_MK2: u32 = 2;
 /// Most sections in a package.

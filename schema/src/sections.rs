@@ -208,6 +208,10 @@ pub struct PlanSummary {
     pub memory: Vec<TileMemory>,
     /// Per op, the tile grid `[tm, tn, tk]` (the host reference reproduces the K split).
     pub grids: Vec<[u32; 3]>,
+    /// Ops (indices, ascending) whose alpha the tiles apply to the f16 operand `a`, each value
+    /// rounded to f16, before the product, instead of to the product: the host reference
+    /// reproduces the choice (docs/kernels.md "Alpha on the row operand").
+    pub alpha_on_a: Vec<u32>,
     /// Where the runtime writes cycle counters (`build --profile`), if it does.
     pub profile: Option<ProfilePlan>,
 }

@@ -170,3 +170,59 @@ fn unsupported_fp8_combinations_are_refused_clearly() {
         .to_string();
     assert!(e.contains("unsupported dtype combination: a is f8e4m3, b is f16"), "{e}");
 }
+
+/// `attention` without the FP8 casts: Q·Kᵀ in f16, as SigLIP runs it.
+fn f16_attention(h: u64, q: u64, k: u64, d: u64) -> String {
+    let src = attention(h, q, k, d, "f8e4m3", 0)
+        .replace("a = \"Q8\"", "a = \"Q\"")
+        .replace("b = \"K8\"", "b = \"K\"");
+    let (head, rest) = src.split_once("[[ops]]\nop = \"cast\"").unwrap();
+    let rest = rest.split_once("[[ops]]\nop = \"matmul\"").unwrap().1;
+    format!("{head}[[ops]]\nop = \"matmul\"{rest}")
+}
+
+/// Alpha on the row operand (docs/kernels.md): with f16 Q and more keys than channels the tiles
+/// scale Q in place instead of S, the package's plan says so, and the result is bit-exact against
+/// the reference that scales Q the same way and within the f64 bound (1/√d is no power of two,
+/// so scaling Q rounds differently from scaling S). With fewer keys than channels S is scaled.
+#[test]
+fn alpha_scales_q_when_s_is_wider() {
+    for (h, q, k, d, tiles, on_a) in [
+        (1, 17, 19, 12, 3, true),
+        (2, 9, 100, 40, 8, true),
+        (3, 13, 729, 72, 47, true),
+        (2, 9, 20, 40, 8, false),
+    ] {
+        let src = f16_attention(h, q, k, d);
+        let built =
+            build("model.toml", &src, &BuildOptions { threads: 2, ..BuildOptions::new(tiles) }).unwrap();
+        let pkg = Package::from_bytes(&built.bytes).unwrap();
+        let want: Vec<u32> = if on_a { vec![0] } else { vec![] };
+        assert_eq!(pkg.plan.alpha_on_a, want, "{h}x{q}x{k}x{d} on {tiles}");
+        let (cycles, predicted, ratio) = run(&src, tiles, None);
+        assert!(ratio <= 1.0, "{h}x{q}x{k}x{d} on {tiles}: {ratio}");
+        assert!(cycles.abs_diff(predicted) * 100 <= cycles, "cost model within 1%: {cycles} vs {predicted}");
+    }
+}
+
+/// A package whose plan names an op that has no alpha (here the softmax) is refused before any
+/// run, naming the op.
+#[test]
+fn a_plan_that_scales_the_wrong_op_is_refused() {
+    let src = f16_attention(1, 17, 19, 12);
+    let built = build("model.toml", &src, &BuildOptions { threads: 2, ..BuildOptions::new(3) }).unwrap();
+    let mut pkg = Package::from_bytes(&built.bytes).unwrap();
+    pkg.plan.alpha_on_a = vec![1];
+    let mut dev = SimDevice::new(SimConfig { tiles: 3, threads: 2, max_cycles: 50_000_000 }).unwrap();
+    let opts = RunOptions {
+        package_path: "model.ipuexe".into(),
+        inputs: BTreeMap::new(),
+        output_dir: None,
+        save_inputs: None,
+        seed: 11,
+        iterations: 1,
+        profile: false,
+    };
+    let e = session::run(&pkg, &mut dev, &opts).unwrap_err().to_string();
+    assert!(e.contains("op 1") && e.contains("alpha"), "{e}");
+}

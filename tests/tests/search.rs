@@ -25,7 +25,9 @@ fn simulate(pkg: &ipu_host::package::Package) -> u64 {
 /// the search finds. (At the example's own 200×100·100×72 the baseline is already the best grid the
 /// search reaches since a launch sets up the next one: docs/kernels.md.)
 fn larger_example() -> String {
-    example().replace("shape = [200, 100]", "shape = [300, 200]").replace("shape = [100, 72]", "shape = [200, 100]")
+    example()
+        .replace("shape = [200, 100]", "shape = [300, 200]")
+        .replace("shape = [100, 72]", "shape = [200, 100]")
 }
 
 #[test]

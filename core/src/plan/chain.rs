@@ -292,6 +292,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     let mut pieces: Vec<Vec<Piece>> = vec![Vec::new(); nbatch as usize];
     let mut gather_at: Vec<usize> = Vec::new();
     let mut eliminated_clears = 0u64;
+    let mut alpha_on_a = Vec::new();
     let mut slices: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     let name = |t: TensorId| -> Sym { smol_str::format_smolstr!("t{}", t.0) };
     for b in 0..nbatch {
@@ -531,6 +532,21 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             (false, DType::F32) => Kernel::AmpF32,
                             _ => Kernel::AmpF16,
                         };
+                        // Alpha on the row operand: `kb` blocks of `rows` rows of 32 bytes, far
+                        // fewer values than the product's when the side operand is the wider one.
+                        let folded = alpha.filter(|_| alpha_on_rows(g, ci, fp8, cols(op.output), cols(src)));
+                        if let Some(alpha) = folded {
+                            if b == 0 && i == 0 {
+                                alpha_on_a.push(ci);
+                            }
+                            let (words, slowest) = scale_rows_descriptor(rows, kb, alpha, &name(src));
+                            p.run(
+                                Kernel::ScaleF16,
+                                smol_str::format_smolstr!("d{}", p.steps.len()),
+                                words,
+                                slowest,
+                            );
+                        }
                         let blk = WORKERS as u64 * SCRATCH + rows * ROW;
                         let wbytes = be * oc * if fp8 { 1 } else { 2 };
                         for nbl in 0..nb {
@@ -560,7 +576,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 p.run(amp, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                             }
                         }
-                        if let Some(alpha) = alpha {
+                        if let Some(alpha) = alpha.filter(|_| folded.is_none()) {
                             let ranges: Vec<(u64, u64)> =
                                 super::reduce::pieces(&wr).iter().map(|p| (p.at, p.rows)).collect();
                             let (words, slowest) = scale_descriptor(&ranges, nb, blk, alpha, &name(dst));
@@ -684,6 +700,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         cost,
         tiles_used: used as u32,
         grids: vec![[used_per_batch as u32, 1, 1]; g.ops.len()],
+        alpha_on_a,
         horizons,
         profile: None,
         exchange_bytes,
@@ -764,10 +781,36 @@ fn softmax_e_row(n: u64) -> u64 {
     (4 * n).div_ceil(8) * 8
 }
 
+/// Whether chain matmul `op` applies its alpha to its row operand `a` (in place, rounded to f16)
+/// rather than to its result: when `a` is f16 (an FP8 `a` is the cast's result, which the scale
+/// kernel does not take), nothing else reads `a` or returns it (it is scaled in place: the host
+/// or the redistribution writes it anew before every run), and the result has more columns than
+/// `a`, so that fewer values are scaled (docs/kernels.md "Alpha on the row operand").
+fn alpha_on_rows(g: &Graph, op: usize, fp8: bool, out_cols: u64, a_cols: u64) -> bool {
+    let a = row_input(&g.ops[op].kind);
+    let readers = g.ops.iter().filter(|o| o.kind.operands().contains(&a)).count();
+    !fp8 && g.tensor(a).dtype == DType::F16 && readers == 1 && !g.outputs.contains(&a) && out_cols > a_cols
+}
+
+/// The `ScaleF16` descriptor over a row operand in `[block][row][32 bytes]` layout (`kb` blocks of
+/// `rows` rows): the cheaper of one range of all rows per block (each worker a share of the
+/// blocks) and an even share of the row-blocks per worker. Returns the words and the slowest
+/// worker's issues.
+fn scale_rows_descriptor(rows: u64, kb: u64, alpha: f32, buffer: &str) -> (Vec<Word>, u64) {
+    let blk = rows * ROW;
+    let whole = scale_descriptor(&[(0, rows)], kb, blk, alpha, buffer);
+    let per_row: Vec<(u64, u64)> = (0..rows).map(|r| (r * ROW, 1)).collect();
+    match balanced_segments(&per_row, kb).map(|segs| segment_words(&segs, blk, alpha, buffer)) {
+        Some(by_row) if by_row.1 < whole.1 => by_row,
+        _ => whole,
+    }
+}
+
 /// The `ScaleF16` descriptor over a matmul output in AMP output layout (`nb` blocks of `blk`
-/// bytes; in each, per worker, its rows `(byte offset, count)` after its scratch). Only the result rows are
-/// scaled, not the AMP scratch between them: each worker takes one worker's row range in a share
-/// of the column blocks. Returns the words and the slowest worker's issues.
+/// bytes; in each, per worker, its rows `(byte offset, count)` after its scratch: at most one
+/// range per worker). Only the result rows are scaled, not the AMP scratch between them: each
+/// worker takes one worker's row range in a share of the column blocks, or an even share of the
+/// row-blocks when that is faster. Returns the words and the slowest worker's issues.
 pub(super) fn scale_descriptor(
     ranges: &[(u64, u64)],
     nb: u64,
@@ -778,17 +821,26 @@ pub(super) fn scale_descriptor(
     let ranges: Vec<(u64, u64)> = ranges.iter().copied().filter(|r| r.1 > 0).collect();
     // Each worker's segments `(byte offset, rows, first block, end block)`: the balanced split
     // when it needs at most two segments per worker and is faster, else one range per worker.
-    let mut segs = balanced_segments(&ranges, nb).unwrap_or_default();
-    let issues = |s: &[Segment]| {
-        let seg = |i: usize| s.get(i).map_or((0, 0), |&(_, r, b0, b1)| (r * ROW / 8, b1 - b0));
-        cost::scale_issues([seg(0), seg(1)])
-    };
     let by_range = one_range_each(&ranges, nb);
-    if segs.is_empty() || segs.iter().map(|s| issues(s)).max() >= by_range.iter().map(|s| issues(s)).max() {
-        segs = by_range;
-    }
-    let (mut words, mut slowest) = (Vec::new(), 0);
-    for s in &segs {
+    let slowest = |segs: &[Vec<Segment>]| segs.iter().map(|s| segment_issues(s)).max();
+    let segs = match balanced_segments(&ranges, nb) {
+        Some(b) if !b.is_empty() && slowest(&b) < slowest(&by_range) => b,
+        _ => by_range,
+    };
+    segment_words(&segs, blk, alpha, buffer)
+}
+
+/// Worker issues of `scale_f16` over its (at most two) segments.
+fn segment_issues(s: &[Segment]) -> u64 {
+    let seg = |i: usize| s.get(i).map_or((0, 0), |&(_, r, b0, b1)| (r * ROW / 8, b1 - b0));
+    cost::scale_issues([seg(0), seg(1)])
+}
+
+/// The descriptor words of each worker's segments (blocks `blk` bytes apart), and the slowest
+/// worker's issues.
+fn segment_words(segs: &[Vec<Segment>], blk: u64, alpha: f32, buffer: &str) -> (Vec<Word>, u64) {
+    let (mut words, mut worst) = (Vec::new(), 0);
+    for s in segs {
         let word = |i: usize| s.get(i).map_or((0, 0, 0, 0), |&x| x);
         let (at, rows, b0, b1) = word(0);
         let (at2, rows2, c0, c1) = word(1);
@@ -802,9 +854,9 @@ pub(super) fn scale_descriptor(
             Word::Const((rows2 * ROW / 8) as u32),
             Word::Const((c1 - c0) as u32),
         ]);
-        slowest = slowest.max(issues(s));
+        worst = worst.max(segment_issues(s));
     }
-    (words, slowest)
+    (words, worst)
 }
 
 /// A worker's segment of the alpha kernel: byte offset of its first row in a block, rows, first
@@ -812,8 +864,10 @@ pub(super) fn scale_descriptor(
 type Segment = (u64, u64, u64, u64);
 
 /// One segment per worker: worker `w` takes range `w mod active` over a share of the blocks (a
-/// range gets several workers when there are fewer ranges than workers).
+/// range gets several workers when there are fewer ranges than workers). Covers every range only
+/// when there are at most [`WORKERS`] of them, as its callers' (one per worker) are.
 fn one_range_each(ranges: &[(u64, u64)], nb: u64) -> Vec<Vec<Segment>> {
+    debug_assert!(ranges.len() <= WORKERS, "one range per worker");
     let active = ranges.len().max(1) as u64;
     let shares = (WORKERS as u64 / active).max(1);
     (0..WORKERS as u64)

@@ -691,6 +691,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
         cost,
         tiles_used: used as u32,
         grids: vec![[grid.tm as u32, grid.tn as u32, grid.tk as u32]],
+        alpha_on_a: Vec::new(),
         horizons,
         profile: None,
         exchange_bytes,

@@ -344,6 +344,10 @@ pub struct Plan {
     pub mapping: Vec<String>,
     /// Per op, the grid `[tm, tn, tk]`.
     pub grids: Vec<[u32; 3]>,
+    /// Ops (ascending) whose alpha the tiles apply to the f16 operand `a` — each value rounded
+    /// to f16 once, in place, before the product — instead of to the product (docs/kernels.md
+    /// "Alpha on the row operand"). The host reference reproduces it from the package's plan.
+    pub alpha_on_a: Vec<usize>,
     /// Per exchange superstep, its scheduled horizon (cycles from its start to its last landing).
     pub horizons: Vec<u64>,
     /// The profile plan, when asked for.
@@ -372,6 +376,7 @@ impl Plan {
             tiles_used,
             mapping: alloc::vec![mapping],
             grids,
+            alpha_on_a: Vec::new(),
             horizons: Vec::new(),
             profile: None,
             exchange_bytes: 0,

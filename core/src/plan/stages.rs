@@ -258,6 +258,7 @@ pub fn plan(
         tiles_used: 0,
         mapping: Vec::new(),
         grids: vec![[1, 1, 1]; g.ops.len()],
+        alpha_on_a: Vec::new(),
         horizons: Vec::new(),
         profile: None,
         exchange_bytes: 0,
@@ -395,6 +396,7 @@ pub fn plan(
             // One stage: the graph as one mapping, described and gridded as that mapping is.
             merged.mapping.extend(p.mapping);
             merged.grids = p.grids;
+            merged.alpha_on_a = p.alpha_on_a;
             continue;
         }
         merged.mapping.extend(p.mapping.into_iter().map(|m| format!("stage {k}: {m}")));
@@ -403,6 +405,7 @@ pub fn plan(
                 merged.grids[op] = grid;
             }
         }
+        merged.alpha_on_a.extend(p.alpha_on_a.iter().filter_map(|&i| ops.get(i).copied()));
     }
     // Model outputs that are reshapes of held tensors are read where those bytes are.
     for &o in &g.outputs {

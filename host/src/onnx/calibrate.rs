@@ -67,7 +67,7 @@ pub fn ranges(
         };
         vals.insert(t.name.clone(), value);
     }
-    let ev = crate::reference::evaluate(&g, &vals, &[])?;
+    let ev = crate::reference::evaluate(&g, &vals, &[], &[])?;
     let mut out = BTreeMap::new();
     for op in &g.ops {
         if let OpKind::MatMul { a, b, .. } = op.kind {

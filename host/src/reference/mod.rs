@@ -203,12 +203,24 @@ pub fn transpose_index(shape: &[u64], perm: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Evaluate every op of the graph.
+/// Evaluate every op of the graph: `grids` and `alpha_on_a` are the package plan's (the K split
+/// per op, and the ops whose alpha the tiles apply to operand `a`).
 pub fn evaluate(
     g: &Graph,
     inputs: &BTreeMap<String, HostTensor>,
     grids: &[[u32; 3]],
+    alpha_on_a: &[u32],
 ) -> Result<Evaluated, String> {
+    for &i in alpha_on_a {
+        let ok = g.ops.get(i as usize).is_some_and(|op| {
+            matches!(op.kind, OpKind::MatMul { a, alpha: Some(_), .. } if g.tensor(a).dtype == DType::F16)
+        });
+        if !ok {
+            return Err(format!(
+                "the package's plan applies alpha to operand `a` of op {i}, which is not a matmul with alpha and an f16 `a` in this model"
+            ));
+        }
+    }
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -227,6 +239,29 @@ pub fn evaluate(
         let (value, ex, bd): (HostTensor, Vec<f64>, Vec<f64>) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
+                let (ta, tb) = (g.tensor(*a), g.tensor(*b));
+                // Alpha on `a` (docs/kernels.md): each value of `a` becomes f16(f32(a)·alpha), as
+                // `scale_f16` computes it, and the product is taken unscaled. The f64 value of
+                // the scaled operand is alpha·a; its bound adds that product's f32 and f16
+                // roundings (relative 2⁻²⁴ + 2⁻¹¹, beside an f16 underflow spacing).
+                let on_a = alpha_on_a.contains(&(i as u32));
+                let scaled_a = alpha.filter(|_| on_a).map(|al| {
+                    let data = at.data.iter().map(|v| round(v * al, DType::F16)).collect();
+                    let al = al as f64;
+                    let rel = unit_roundoff(DType::F16)
+                        + unit_roundoff(DType::F32) * (1.0 + unit_roundoff(DType::F16));
+                    let ex: Vec<f64> = exact[&ta.name].iter().map(|e| al * e).collect();
+                    let bd: Vec<f64> = exact[&ta.name]
+                        .iter()
+                        .zip(&bound[&ta.name])
+                        .map(|(e, d)| {
+                            al.abs() * d + rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16)
+                        })
+                        .collect();
+                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd)
+                });
+                let alpha = if on_a { &None } else { alpha };
+                let at = scaled_a.as_ref().map_or(at, |s| &s.0);
                 let grid = grids.get(i).map(|g| Grid { tm: g[0] as u64, tn: g[1] as u64, tk: g[2] as u64 });
                 let grid = grid.unwrap_or(Grid { tm: 1, tn: 1, tk: 1 });
                 let tk = grid.tk;
@@ -244,7 +279,6 @@ pub fn evaluate(
                     alpha: *alpha,
                 };
                 let (c, shape) = matmul_device(&args);
-                let (ta, tb) = (g.tensor(*a), g.tensor(*b));
                 let (_, m, k, n) = matmul_shape(ta, tb, *transpose_a, *transpose_b).unwrap();
                 let layout = MatMulLayout {
                     m,
@@ -255,7 +289,8 @@ pub fn evaluate(
                     a_batched: ta.shape.len() > 2,
                     b_batched: tb.shape.len() > 2,
                 };
-                let ops = [(&exact[&ta.name], &bound[&ta.name]), (&exact[&tb.name], &bound[&tb.name])];
+                let a_ops = scaled_a.as_ref().map_or((&exact[&ta.name], &bound[&ta.name]), |s| (&s.1, &s.2));
+                let ops = [a_ops, (&exact[&tb.name], &bound[&tb.name])];
                 let block = if is_fp8(ta.dtype) { 32 } else { 16 };
                 let rounding = Rounding {
                     acc: *accumulate,
