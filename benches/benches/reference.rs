@@ -81,7 +81,7 @@ fn main() {
     for threads in [1, 2] {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         let t = Instant::now();
-        pool.install(|| evaluate(&g, &inputs, &[[1, 1, 1]])).unwrap();
+        pool.install(|| evaluate(&g, &inputs, &[[1, 1, 1]], &[])).unwrap();
         let s = t.elapsed().as_secs_f64();
         println!(
             "reference evaluate (device + f64 + bounds) threads={threads} {s:.2} s {:.2} GMAC/s",
