@@ -2,7 +2,6 @@
 //! partial-sum reduction over the exchange when K is split (docs/kernels.md).
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
@@ -209,9 +208,12 @@ fn memory_with(mm: &MatMul, g: Grid, f: u64) -> u64 {
 /// The buffers of the largest tile of a grid, in bytes: A, B, C, the zero pin, the reduction's
 /// receive buffer, the descriptor tables and the epilogue's bias and residual.
 fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
-    let rows = mm.m.div_ceil(g.tm);
-    let nbt = mm.nb().div_ceil(g.tn);
-    let kbt = mm.kb().div_ceil(g.tk);
+    band_buffers(mm, [mm.m.div_ceil(g.tm), mm.nb().div_ceil(g.tn), mm.kb().div_ceil(g.tk)], f == g.tk, f)
+}
+
+/// The buffers of a tile with `rows` rows, `nbt` column blocks and `kbt` K blocks (as
+/// [`buffers_with`]); `scatter` when its K group reduce-scatters with fan-in `f`.
+pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: bool, f: u64) -> Vec<u64> {
     // Saturating: model shapes are untrusted and the answer only has to say "too large".
     let a = kbt.saturating_mul(rows).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
     let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
@@ -222,7 +224,7 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
     // Descriptor tables: one 96-byte table per AMP launch and per add round (`reduce.rs`: per
     // partial and 4096 chunks, or per partial and block when the group reduce-scatters).
     // (A reduce-scatter's tables are 192 bytes, one per partial: counted as two.)
-    let per_partial = if f == g.tk { 2 } else { (c / 8).div_ceil(WORKERS as u64 * 4096) + 1 };
+    let per_partial = if scatter { 2 } else { (c / 8).div_ceil(WORKERS as u64 * 4096) + 1 };
     let add_tables = f.saturating_sub(1).saturating_mul(per_partial);
     let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(96);
     let bias = if mm.epilogue.is_some_and(|e| e.bias.is_some()) { nbt.saturating_mul(32) } else { 0 };
@@ -235,8 +237,12 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
 /// region 0 after the code (at most `RUNTIME_RESERVE` of code assumed). The total alone is not
 /// enough: one buffer larger than either range cannot be placed however much is free.
 fn fits(mm: &MatMul, g: Grid, f: u64) -> bool {
+    fits_sizes(buffers_with(mm, g, f))
+}
+
+/// Whether buffers of these sizes can be placed (as [`fits`]).
+pub(super) fn fits_sizes(mut sizes: Vec<u64>) -> bool {
     use crate::target::{EXEC_REGION_END, HOST_AREA_BASE, TILE_MEM_BASE};
-    let mut sizes = buffers_with(mm, g, f);
     sizes.sort_unstable_by(|x, y| y.cmp(x));
     let mut free = [
         (HOST_AREA_BASE - EXEC_REGION_END) as u64,
@@ -270,10 +276,8 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
     let nbt = mm.nb().div_ceil(g.tn);
     let kbt = mm.kb().div_ceil(g.tk);
     let rw = rows.div_ceil(WORKERS as u64);
-    let (amp, add) = mm.kernel();
-    let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
-    let compute = nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1)));
-    let mut total = compute + 5 + 90;
+    let add = mm.kernel().1;
+    let mut total = launches_estimate(mm, rows, nbt, kbt);
     // Rows per worker on the tiles that finish the sums.
     let mut finish_rw = rw;
     if g.tk > 1 {
@@ -299,6 +303,27 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
         total += 2 + cost::runall_cycles(cost::cvt_issues(2 * finish_rw, nbt));
     }
     total
+}
+
+/// The estimate's AMP launches (one weight load and one launch per block pair) and the call's
+/// fixed cycles, for a tile of `rows` rows, `nbt` column blocks and `kbt` K blocks.
+pub(super) fn launches_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
+    let rw = rows.div_ceil(WORKERS as u64);
+    let amp = mm.kernel().0;
+    let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
+    nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1))) + 5 + 90
+}
+
+/// [`estimate`] of a tile without a K split: its launches and the f32 → f16 conversion.
+pub(super) fn band_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
+    let rw = rows.div_ceil(WORKERS as u64);
+    let convert = if mm.out != mm.acc { 2 + cost::runall_cycles(cost::cvt_issues(2 * rw, nbt)) } else { 0 };
+    launches_estimate(mm, rows, nbt, kbt) + convert
+}
+
+/// [`estimate`] on a target of `tiles` tiles: with the grid's tail band when it has one.
+pub fn estimate_on(mm: &MatMul, g: Grid, tiles: usize) -> u64 {
+    super::tail::tail_band(mm, g, tiles).map_or_else(|| estimate(mm, g), |t| t.estimate)
 }
 
 /// Candidate grids that fit, in a fixed order.
@@ -328,7 +353,7 @@ pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
 
 /// Whether a worker's rows fit the kernels' one `rpt`: the AMP pipeline takes `rows + 1`
 /// iterations, the f32 → f16 conversion two quads per row.
-fn rows_fit_rpt(mm: &MatMul, rows: u64) -> bool {
+pub(super) fn rows_fit_rpt(mm: &MatMul, rows: u64) -> bool {
     let rw = rows.div_ceil(WORKERS as u64);
     let limit = crate::target::RPT_MAX_COUNT as u64;
     rw < limit && (mm.out == mm.acc || 2 * rw <= limit)
@@ -337,7 +362,7 @@ fn rows_fit_rpt(mm: &MatMul, rows: u64) -> bool {
 /// The grid with the lowest estimate (ties: fewer tiles, then the earlier candidate); `None` when
 /// no grid fits (then [`no_fit`] says what the smallest needs).
 pub fn choose_grid(mm: &MatMul, tiles: usize) -> Option<Grid> {
-    candidates(mm, tiles).into_iter().min_by_key(|g| (estimate(mm, *g), g.tm * g.tn * g.tk))
+    candidates(mm, tiles).into_iter().min_by_key(|g| (estimate_on(mm, *g, tiles), g.tm * g.tn * g.tk))
 }
 
 /// "No mapping fits", with the smallest need over every grid of at most `tiles` tiles and the
@@ -398,10 +423,12 @@ pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
 /// sent from tiles of another group stall that group's stream (docs/graph-planner.md, Scheduling).
 pub fn tile_order(mm: &MatMul, grid: Grid, tiles: usize) -> Vec<u16> {
     let per = (grid.tn * grid.tk) as usize;
-    let used = grid.tm as usize * per;
     if mm.a_home.is_empty() {
-        return (0..used as u16).collect();
+        // The tail band's tiles (`tail.rs`) follow the main groups'.
+        let band = super::tail::tail_band(mm, grid, tiles).map_or(0, |t| t.tn as usize);
+        return (0..(grid.tm as usize * per + band) as u16).collect();
     }
+    let used = grid.tm as usize * per;
     let mut order = vec![u16::MAX; used];
     let mut taken = vec![false; tiles];
     for i in 0..grid.tm {
@@ -435,7 +462,8 @@ pub fn plan_for_cost(mm: &MatMul, grid: Grid, tiles: usize) -> Result<Plan, Plan
 }
 
 fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Plan, PlanError> {
-    let used = (grid.tm * grid.tn * grid.tk) as usize;
+    let tail = super::tail::tail_band(mm, grid, tiles);
+    let used = (grid.tm * grid.tn * grid.tk + tail.map_or(0, |t| t.tn)) as usize;
     if used > tiles {
         return Err(PlanError::Unsupported(0, format!("grid needs {used} tiles, target has {tiles}")));
     }
@@ -481,6 +509,8 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
     let (amp, add) = mm.kernel();
     let add_blocks = if add == Kernel::AddF32 { Kernel::AddBlocksF32 } else { Kernel::AddBlocksF16 };
     let order = tile_order(mm, grid, tiles);
+    let groups_of_rows = super::tail::row_groups(mm, grid, tail);
+    // Row group i's tiles start at position i·tn·tk (the band, tk = 1, after the main groups).
     let tile_of = |i: u64, j: u64, l: u64| order[(((i * grid.tn) + j) * grid.tk + l) as usize];
     let mut plans = vec![TilePlan::default(); tiles];
     let mut a_slices = Vec::new();
@@ -504,14 +534,14 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
     let out_row = if mm.out != mm.acc { 16 } else { ROW };
     let bc = mm.block_cols();
     let (kd, ob) = (mm.depth(), mm.operand_bytes());
-    for i in 0..grid.tm {
-        let (m0, m1) = split(mm.m, grid.tm, i);
+    for (i, &(m0, m1, tn)) in groups_of_rows.iter().enumerate() {
+        let i = i as u64;
         let rows = m1 - m0;
         let wr = worker_rows(rows);
         let all = reduce::pieces(&wr);
         let cblk = c_block(rows);
-        for j in 0..grid.tn {
-            let (nb0, nb1) = split(mm.nb(), grid.tn, j);
+        for j in 0..tn {
+            let (nb0, nb1) = split(mm.nb(), tn, j);
             let nbt = nb1 - nb0;
             for l in 0..grid.tk {
                 let (kb0, kb1) = split(mm.kb(), grid.tk, l);
@@ -709,7 +739,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
             if grid.tk > 1 {
                 format!(" reduction fan-in {f} in {} rounds", rounds.len())
             } else {
-                String::new()
+                tail.map(|t| format!(" tail band rows={} tn={}", t.rows, t.tn)).unwrap_or_default()
             },
             mm.alpha.map(|a| format!(" alpha={a}")).unwrap_or_default()
         )],

@@ -20,6 +20,7 @@ pub mod rows;
 pub mod scatter;
 pub mod search;
 pub mod stages;
+pub mod tail;
 pub mod transpose;
 
 use alloc::string::String;

@@ -13,7 +13,7 @@ use super::{Plan, PlanError};
 pub fn screen(mm: &MatMul, tiles: usize) -> Vec<(Grid, u64, u64)> {
     let mut c: Vec<(Grid, u64, u64)> = matmul::candidates(mm, tiles)
         .into_iter()
-        .map(|g| (g, matmul::estimate(mm, g), pressure(mm, g)))
+        .map(|g| (g, matmul::estimate_on(mm, g, tiles), pressure(mm, g)))
         .collect();
     c.sort_by_key(|(g, est, _)| (*est, g.tm * g.tn * g.tk, *g));
     c
