@@ -21,6 +21,11 @@ use std::time::Instant;
 
 const TILES: usize = 1472;
 
+/// The allocator of the `ipu-codegen` binary, so that build time and peak memory are the CLI's
+/// (docs/dependencies.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Rows: name, model text, MACs, MACs per tile cycle of the bound.
 fn rows() -> Vec<(&'static str, String, u64, u64)> {
     let gemm = |name: &str, m: u64, k: u64, n: u64| {

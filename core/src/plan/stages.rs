@@ -443,11 +443,21 @@ fn unsupported(op: usize, why: String) -> (PlanError, bool) {
 fn rename(p: &mut Plan, tag: &str) {
     let re = |s: &mut Sym| *s = smol_str::format_smolstr!("{tag}{s}");
     for t in p.tiles.iter_mut() {
+        // Descriptor words name a handful of data buffers over and over (a whole-chip attention
+        // tile has ~10,000 of them): each new name is formatted once per tile.
+        let mut seen: Vec<(Sym, Sym)> = Vec::new();
         for b in t.buffers.iter_mut() {
             re(&mut b.name);
             for w in b.init.iter_mut() {
                 if let Word::Sym(s, _) = w {
-                    re(s);
+                    match seen.iter().find(|(old, _)| old == s) {
+                        Some((_, new)) => *s = new.clone(),
+                        None => {
+                            let old = s.clone();
+                            re(s);
+                            seen.push((old, s.clone()));
+                        }
+                    }
                 }
             }
         }
