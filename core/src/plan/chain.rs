@@ -549,24 +549,30 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         }
                         let blk = WORKERS as u64 * SCRATCH + rows * ROW;
                         let wbytes = be * oc * if fp8 { 1 } else { 2 };
+                        // Names formatted once: a whole-chip tile has hundreds of launches.
+                        let (src_sym, dst_sym, zero_sym): (Sym, Sym, Sym) =
+                            (name(src), name(dst), "Z".into());
+                        let weights_sym: Sym = smol_str::format_smolstr!("s{}", bt.0);
+                        p.steps.reserve(2 * (nb * kb) as usize);
+                        p.buffers.reserve((nb * kb) as usize);
                         for nbl in 0..nb {
                             for kbl in 0..kb {
-                                let mut words = Vec::new();
+                                let mut words = Vec::with_capacity(4 * wr.len());
                                 let mut off = nbl * blk;
                                 for (w0, w1) in &wr {
                                     let out = (off + SCRATCH) as u32;
-                                    words.push(Word::Sym(name(src), ((kbl * rows + w0) * ROW) as u32));
+                                    words.push(Word::Sym(src_sym.clone(), ((kbl * rows + w0) * ROW) as u32));
                                     words.push(if kbl == 0 {
-                                        Word::Sym("Z".into(), 0)
+                                        Word::Sym(zero_sym.clone(), 0)
                                     } else {
-                                        Word::Sym(name(dst), out)
+                                        Word::Sym(dst_sym.clone(), out)
                                     });
-                                    words.push(Word::Sym(name(dst), out - SCRATCH as u32));
+                                    words.push(Word::Sym(dst_sym.clone(), out - SCRATCH as u32));
                                     words.push(Word::Const((w1 - w0 + 1) as u32));
                                     off += SCRATCH + (w1 - w0) * ROW;
                                 }
                                 p.steps.push(Step::LoadWeights(
-                                    format!("s{}", bt.0).into(),
+                                    weights_sym.clone(),
                                     ((kbl * nb + nbl) * wbytes) as u32,
                                     super::CweiLoad::for_kernel(amp),
                                 ));
