@@ -46,21 +46,39 @@ pub fn tail_band(mm: &MatMul, g: Grid, tiles: usize) -> Option<Tail> {
     let mut best: Option<Tail> = None;
     for tn in widths {
         let nbt = nb.div_ceil(tn);
-        for rows in 1..=mm.m.div_ceil(g.tm) {
-            let main_rows = (mm.m - rows).div_ceil(g.tm);
-            let main = matmul::band_estimate(mm, main_rows, nbt_main, kb);
-            let band = matmul::band_estimate(mm, rows, nbt, kb);
-            if band > main {
-                // Taller bands only get slower.
-                break;
-            }
-            let e = main.max(band);
-            if e < best.map_or(uniform, |b| b.estimate) && band_fits(mm, rows, nbt, kb) {
-                best = Some(Tail { rows, tn, estimate: e });
-            }
+        let main = |rows: u64| matmul::band_estimate(mm, (mm.m - rows).div_ceil(g.tm), nbt_main, kb);
+        let band = |rows: u64| matmul::band_estimate(mm, rows, nbt, kb);
+        // Taller bands are slower and shorten the main rows: past the first height whose band
+        // is slower than its main tiles, or that does not fit, none is better. Below it the
+        // estimate is the main tiles', which only falls with the height: the first height at
+        // its lowest wins. Found by bisection, so that the screening stays cheap for tall
+        // matrices (every predicate is monotone in the height).
+        // At most the main groups' rows, and every main group keeps one.
+        let top = mm.m.div_ceil(g.tm).min(mm.m - g.tm);
+        let end = first_true(1, top + 1, |r| band(r) > main(r) || !band_fits(mm, r, nbt, kb));
+        if end <= 1 {
+            continue;
+        }
+        let lowest = main(end - 1);
+        let rows = first_true(1, end - 1, |r| main(r) <= lowest);
+        if lowest < best.map_or(uniform, |b| b.estimate) {
+            best = Some(Tail { rows, tn, estimate: lowest });
         }
     }
     best
+}
+
+/// The first `r` in `lo..hi` for which `pred` holds (`hi` if none), `pred` false then true.
+fn first_true(mut lo: u64, mut hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// Whether a band tile's rows fit the kernels' repeat count and its buffers the tile memory.
