@@ -98,3 +98,83 @@ pub fn row_groups(mm: &MatMul, g: Grid, tail: Option<Tail>) -> Vec<(u64, u64, u6
     }
     groups
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::TensorId;
+    use ipu_schema::DType;
+
+    fn matmul(m: u64, k: u64, n: u64, acc: DType, out: DType) -> MatMul {
+        let t = TensorId(0);
+        MatMul {
+            a: t,
+            b: t,
+            c: t,
+            ta: false,
+            tb: false,
+            m,
+            k,
+            n,
+            acc,
+            alpha: None,
+            out,
+            epilogue: None,
+            fp8: None,
+            a_home: Vec::new(),
+        }
+    }
+
+    /// The band by trying every height in order (what the bisection must reproduce).
+    fn by_scan(mm: &MatMul, g: Grid, tiles: usize) -> Option<Tail> {
+        if g.tk != 1 || g.tm == 0 || mm.m <= g.tm || tiles as u64 <= g.tm * g.tn {
+            return None;
+        }
+        let spare = tiles as u64 - g.tm * g.tn;
+        let (nb, kb) = (mm.nb(), mm.kb());
+        let mut widths: Vec<u64> = (1..=nb).map(|b| nb.div_ceil(b)).filter(|&tn| tn <= spare).collect();
+        widths.dedup();
+        widths.reverse();
+        let mut best: Option<Tail> = None;
+        for tn in widths {
+            let nbt = nb.div_ceil(tn);
+            for rows in 1..=mm.m.div_ceil(g.tm).min(mm.m - g.tm) {
+                let main = matmul::band_estimate(mm, (mm.m - rows).div_ceil(g.tm), nb.div_ceil(g.tn), kb);
+                let band = matmul::band_estimate(mm, rows, nbt, kb);
+                if band > main {
+                    break;
+                }
+                if main < best.map_or(matmul::estimate(mm, g), |b| b.estimate) && band_fits(mm, rows, nbt, kb)
+                {
+                    best = Some(Tail { rows, tn, estimate: main });
+                }
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn bisection_finds_the_band_a_scan_of_every_height_finds() {
+        let mut bands = 0;
+        for (m, k, n) in [
+            (100, 64, 64),
+            (200, 64, 128),
+            (197, 96, 384),
+            (2048, 1024, 2048),
+            (729, 1152, 1152),
+            (37, 20, 300),
+        ] {
+            for (acc, out) in [(DType::F16, DType::F16), (DType::F32, DType::F16)] {
+                let mm = matmul(m, k, n, acc, out);
+                for tiles in [3, 10, 20, 37, 100, 1472] {
+                    for g in matmul::candidates(&mm, tiles) {
+                        let t = tail_band(&mm, g, tiles);
+                        assert_eq!(t, by_scan(&mm, g, tiles), "{m}x{k}x{n} {acc:?} on {tiles}: {g:?}");
+                        bands += usize::from(t.is_some());
+                    }
+                }
+            }
+        }
+        assert!(bands > 100, "the shapes exercise bands: {bands}");
+    }
+}
