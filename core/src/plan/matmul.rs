@@ -299,26 +299,30 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
                 nr * (2 * 90 + xchg + (f - 1) * (2 + cost::runall_cycles(kernel_issues(add, chunks as u32))));
         }
     }
-    if mm.out != mm.acc {
-        total += 2 + cost::runall_cycles(cost::cvt_issues(2 * finish_rw, nbt));
-    }
-    total
+    total + convert_estimate(mm, finish_rw, nbt)
 }
 
 /// The estimate's AMP launches (one weight load and one launch per block pair) and the call's
 /// fixed cycles, for a tile of `rows` rows, `nbt` column blocks and `kbt` K blocks.
-pub(super) fn launches_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
+fn launches_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
     let rw = rows.div_ceil(WORKERS as u64);
     let amp = mm.kernel().0;
     let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
     nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1))) + 5 + 90
 }
 
+/// The estimate's f32 → f16 conversion of an f16 result (none otherwise), `rw` rows per worker.
+fn convert_estimate(mm: &MatMul, rw: u64, nbt: u64) -> u64 {
+    if mm.out != mm.acc {
+        2 + cost::runall_cycles(cost::cvt_issues(2 * rw, nbt))
+    } else {
+        0
+    }
+}
+
 /// [`estimate`] of a tile without a K split: its launches and the f32 → f16 conversion.
 pub(super) fn band_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
-    let rw = rows.div_ceil(WORKERS as u64);
-    let convert = if mm.out != mm.acc { 2 + cost::runall_cycles(cost::cvt_issues(2 * rw, nbt)) } else { 0 };
-    launches_estimate(mm, rows, nbt, kbt) + convert
+    launches_estimate(mm, rows, nbt, kbt) + convert_estimate(mm, rows.div_ceil(WORKERS as u64), nbt)
 }
 
 /// [`estimate`] on a target of `tiles` tiles: with the grid's tail band when it has one.
@@ -422,10 +426,15 @@ pub fn no_fit(mm: &MatMul, tiles: usize, names: [&str; 3]) -> PlanError {
 /// row block back to back, and a tile's supervisor cannot send while it sets up receptions; rows
 /// sent from tiles of another group stall that group's stream (docs/graph-planner.md, Scheduling).
 pub fn tile_order(mm: &MatMul, grid: Grid, tiles: usize) -> Vec<u16> {
+    let band = super::tail::tail_band(mm, grid, tiles);
+    tile_order_with(mm, grid, tiles, band.map_or(0, |t| t.tn as usize))
+}
+
+/// [`tile_order`] for a plan that already has its tail band (`band` tiles, which only a grid
+/// whose A comes from the host has: they follow the main groups').
+fn tile_order_with(mm: &MatMul, grid: Grid, tiles: usize, band: usize) -> Vec<u16> {
     let per = (grid.tn * grid.tk) as usize;
     if mm.a_home.is_empty() {
-        // The tail band's tiles (`tail.rs`) follow the main groups'.
-        let band = super::tail::tail_band(mm, grid, tiles).map_or(0, |t| t.tn as usize);
         return (0..(grid.tm as usize * per + band) as u16).collect();
     }
     let used = grid.tm as usize * per;
@@ -508,7 +517,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
     }
     let (amp, add) = mm.kernel();
     let add_blocks = if add == Kernel::AddF32 { Kernel::AddBlocksF32 } else { Kernel::AddBlocksF16 };
-    let order = tile_order(mm, grid, tiles);
+    let order = tile_order_with(mm, grid, tiles, tail.map_or(0, |t| t.tn as usize));
     let groups_of_rows = super::tail::row_groups(mm, grid, tail);
     // Row group i's tiles start at position i·tn·tk (the band, tk = 1, after the main groups).
     let tile_of = |i: u64, j: u64, l: u64| order[(((i * grid.tn) + j) * grid.tk + l) as usize];

@@ -40,11 +40,8 @@ pub fn tail_band(mm: &MatMul, g: Grid, tiles: usize) -> Option<Tail> {
     let (nb, kb) = (mm.nb(), mm.kb());
     let nbt_main = nb.div_ceil(g.tn);
     let uniform = matmul::estimate(mm, g);
-    let mut widths: Vec<u64> = (1..=nb).map(|blocks| nb.div_ceil(blocks)).filter(|&tn| tn <= spare).collect();
-    widths.dedup();
-    widths.reverse();
     let mut best: Option<Tail> = None;
-    for tn in widths {
+    for tn in band_widths(nb, spare) {
         let nbt = nb.div_ceil(tn);
         let main = |rows: u64| matmul::band_estimate(mm, (mm.m - rows).div_ceil(g.tm), nbt_main, kb);
         let band = |rows: u64| matmul::band_estimate(mm, rows, nbt, kb);
@@ -66,6 +63,15 @@ pub fn tail_band(mm: &MatMul, g: Grid, tiles: usize) -> Option<Tail> {
         }
     }
     best
+}
+
+/// The distinct column-group counts of a band on `spare` tiles (each group takes `⌈nb / tn⌉`
+/// blocks), fewest first.
+fn band_widths(nb: u64, spare: u64) -> Vec<u64> {
+    let mut widths: Vec<u64> = (1..=nb).map(|blocks| nb.div_ceil(blocks)).filter(|&tn| tn <= spare).collect();
+    widths.dedup();
+    widths.reverse();
+    widths
 }
 
 /// The first `r` in `lo..hi` for which `pred` holds (`hi` if none), `pred` false then true.
@@ -132,11 +138,8 @@ mod tests {
         }
         let spare = tiles as u64 - g.tm * g.tn;
         let (nb, kb) = (mm.nb(), mm.kb());
-        let mut widths: Vec<u64> = (1..=nb).map(|b| nb.div_ceil(b)).filter(|&tn| tn <= spare).collect();
-        widths.dedup();
-        widths.reverse();
         let mut best: Option<Tail> = None;
-        for tn in widths {
+        for tn in band_widths(nb, spare) {
             let nbt = nb.div_ceil(tn);
             for rows in 1..=mm.m.div_ceil(g.tm).min(mm.m - g.tm) {
                 let main = matmul::band_estimate(mm, (mm.m - rows).div_ceil(g.tm), nb.div_ceil(g.tn), kb);
