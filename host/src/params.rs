@@ -10,7 +10,7 @@ use crate::reference::HostTensor;
 use half::f16;
 use ipu_core::fp8::{self, Fp8Format};
 use ipu_core::graph::Graph;
-use ipu_core::plan::{Plan, Word};
+use ipu_core::plan::Plan;
 use ipu_schema::{DType, Direction};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -198,10 +198,9 @@ pub fn embed(g: &Graph, plan: &mut Plan, values: &BTreeMap<String, HostTensor>) 
     for ((tile, buffer), image) in images {
         let buf =
             plan.tiles[tile as usize].buffers.iter_mut().find(|x| x.name == buffer).expect("found above");
-        buf.init = image
-            .chunks_exact(4)
-            .map(|c| Word::Const(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect();
+        buf.init = ipu_core::plan::Init::consts(
+            image.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        );
     }
     Ok(())
 }

@@ -138,7 +138,7 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
             }
         }
         cur_end = Some(a + 4 * b.init.len() as u32);
-        for w in &b.init {
+        for w in b.init.iter() {
             match w {
                 Word::Const(v) => {
                     let _ = writeln!(text, "    .word {v}");

@@ -71,7 +71,14 @@ fn one_tile_is_still_refused_with_the_op_and_bytes() {
 }
 
 fn buffer(name: &str, bytes: u32, live: Live) -> Buffer {
-    Buffer { name: name.into(), bytes, align: 16, kind: MemKind::Tensor, init: Vec::new(), live }
+    Buffer {
+        name: name.into(),
+        bytes,
+        align: 16,
+        kind: MemKind::Tensor,
+        init: ipu_core::plan::Init::new(),
+        live,
+    }
 }
 
 #[test]

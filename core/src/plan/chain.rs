@@ -352,7 +352,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     bytes: (bytes + SLACK) as u32,
                     align: 16,
                     kind: MemKind::Tensor,
-                    init: vec![],
+                    init: super::Init::new(),
                     live: super::Live::ALWAYS,
                 });
                 if t == first || g.outputs.contains(&t) {
@@ -364,7 +364,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 bytes: ((wr[0].1 - wr[0].0 + 1) * ROW + SLACK) as u32,
                 align: 16,
                 kind: MemKind::Tensor,
-                init: vec![],
+                init: super::Init::new(),
                 live: super::Live::ALWAYS,
             });
             // Side operands: weight blocks for each matmul, per batch entry.
@@ -391,7 +391,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         bytes: bytes as u32,
                         align: 16,
                         kind: MemKind::Tensor,
-                        init: vec![],
+                        init: super::Init::new(),
                         live: super::Live::ALWAYS,
                     });
                 }
@@ -623,7 +623,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             bytes: (WORKERS as u64 * erow) as u32,
                             align: 16,
                             kind: MemKind::Tensor,
-                            init: vec![],
+                            init: super::Init::new(),
                             live: super::Live::ALWAYS,
                         });
                         let mut words = Vec::new();

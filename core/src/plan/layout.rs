@@ -3,8 +3,6 @@
 //! buffers, even splits of a range, and zero-filled buffers. Kept apart so that the modules that
 //! use them need not depend on the matmul planner (docs/kernels.md "Matmul").
 
-use alloc::vec::Vec;
-
 use super::{Buffer, MemKind};
 
 /// Bytes of one output row of a block on the tile: 16 halves or 8 floats.
@@ -30,7 +28,7 @@ pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
         bytes: bytes as u32,
         align: 16,
         kind,
-        init: Vec::new(),
+        init: super::Init::new(),
         live: super::Live::ALWAYS,
     }
 }

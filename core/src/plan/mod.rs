@@ -9,6 +9,7 @@ pub mod cost;
 pub mod elementwise;
 mod epilogue;
 pub mod exchange;
+pub mod init;
 mod layout;
 pub mod liveness;
 pub mod map;
@@ -28,6 +29,7 @@ use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
 
 use crate::graph::{BinaryOp, Graph, OpKind, TensorId};
+pub use init::Init;
 
 /// What a buffer holds, for the memory report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,7 +57,7 @@ pub struct Buffer {
     /// Kind.
     pub kind: MemKind,
     /// Initial 32-bit words (`Sym` words are resolved by the linker); empty = zero-filled.
-    pub init: Vec<Word>,
+    pub init: Init,
     /// When the buffer holds a value (docs/graph-planner.md §5): the linker lets buffers whose
     /// lifetimes are disjoint share bytes.
     pub live: Live,
@@ -289,7 +291,7 @@ impl TilePlan {
             bytes: 4 * words.len() as u32,
             align: 16,
             kind: MemKind::Descriptor,
-            init: words,
+            init: words.into(),
             live: Live::ALWAYS,
         });
         self.steps.push(Step::RunAll(kernel, name, issues.into()));
@@ -652,26 +654,21 @@ fn name_hash(name: &str) -> u64 {
 /// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
 /// tile needs a handful of symbols however many kernel launches it has.
 fn merge_descriptors(tile: &mut TilePlan) {
-    let total: usize = tile
-        .buffers
-        .iter()
-        .filter(|b| b.kind == MemKind::Descriptor)
-        .map(|b| b.init.len().next_multiple_of(4))
-        .sum();
-    let mut words = Vec::with_capacity(total);
-    // Old name → byte offset in `D`: looked up once per launch and per symbolic word (a tile can
-    // have thousands of launches and a million words, most naming data buffers, not tables).
+    let mut words = Init::new();
+    // Old name → byte offset in `D`: looked up once per launch and per name a table uses (a tile
+    // can have thousands of launches and a million words, most naming data buffers, not tables).
     let mut base: Vec<(u64, Sym, u32)> = Vec::new();
     tile.buffers.retain_mut(|b| {
         if b.kind != MemKind::Descriptor || b.init.is_empty() {
             return true;
         }
-        while words.len() % 4 != 0 {
+        let pad = words.len().next_multiple_of(4) - words.len();
+        for _ in 0..pad {
             words.push(Word::Const(0));
         }
         let name = core::mem::take(&mut b.name);
         base.push((name_hash(&name), name, 4 * words.len() as u32));
-        words.append(&mut b.init);
+        words.append(&core::mem::take(&mut b.init));
         false
     });
     if words.is_empty() {
@@ -691,13 +688,7 @@ fn merge_descriptors(tile: &mut TilePlan) {
         }
     }
     // Descriptors that point into other merged tables (a copy list) now point into `D`.
-    for w in words.iter_mut() {
-        if let Word::Sym(name, off) = w {
-            if let Some(b) = offset(name.as_str()) {
-                *w = Word::Sym("D".into(), b + *off);
-            }
-        }
-    }
+    words.rebase(|name| offset(name.as_str()).map(|b| (Sym::from("D"), b)));
     tile.buffers.push(Buffer {
         name: "D".into(),
         bytes: 4 * words.len() as u32,

@@ -78,7 +78,7 @@ pub fn instrument(tiles: &mut [TilePlan]) -> Samples {
             bytes: 4 * (samples.len() as u32 + 1),
             align: 16,
             kind: MemKind::Profile,
-            init: Vec::new(),
+            init: super::Init::new(),
             live: super::Live::ALWAYS,
         });
         out.push(TileSamples { buffer: 0, samples });

@@ -393,7 +393,7 @@ pub(super) fn word_launch(
         bytes: 4 * init.len().max(1) as u32,
         align: 16,
         kind: MemKind::Descriptor,
-        init,
+        init: init.into(),
         live: super::Live::ALWAYS,
     };
     (alloc::vec![buf(list_name, list), buf(desc_name, desc)], slowest)

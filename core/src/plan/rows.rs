@@ -75,7 +75,7 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
             bytes: stride as u32,
             align: 16,
             kind: MemKind::Tensor,
-            init: if gamma.is_some() { Vec::new() } else { ones() },
+            init: if gamma.is_some() { super::Init::new() } else { ones().into() },
             live: super::Live::ALWAYS,
         });
         p.buffers.push(zero("B", stride, MemKind::Tensor));

@@ -21,7 +21,6 @@ use super::liveness;
 use super::redistribute::{self, Move, View, ViewStep};
 use super::{
     chain, cost, fused_epilogue, BindingPlan, Plan, PlanError, PlanOptions, SliceRef, Step, Sym, TilePlan,
-    Word,
 };
 use crate::graph::{Graph, OpKind, TensorId};
 
@@ -448,18 +447,15 @@ fn rename(p: &mut Plan, tag: &str) {
         let mut seen: Vec<(Sym, Sym)> = Vec::new();
         for b in t.buffers.iter_mut() {
             re(&mut b.name);
-            for w in b.init.iter_mut() {
-                if let Word::Sym(s, _) = w {
-                    match seen.iter().find(|(old, _)| old == s) {
-                        Some((_, new)) => *s = new.clone(),
-                        None => {
-                            let old = s.clone();
-                            re(s);
-                            seen.push((old, s.clone()));
-                        }
-                    }
+            b.init.rename(|s| match seen.iter().find(|(old, _)| old == s) {
+                Some((_, new)) => new.clone(),
+                None => {
+                    let mut new = s.clone();
+                    re(&mut new);
+                    seen.push((s.clone(), new.clone()));
+                    new
                 }
-            }
+            });
         }
         for step in t.steps.iter_mut() {
             match step {
