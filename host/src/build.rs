@@ -428,7 +428,7 @@ fn resolve_bindings(g: &ipu_core::graph::Graph, plan: &plan::Plan, linked: &[Lin
                     .iter()
                     .map(|s| Slice {
                         tile: s.tile,
-                        addr: linked[s.tile as usize].symbols[&s.buffer] + s.offset,
+                        addr: linked[s.tile as usize].symbols[s.buffer.as_str()] + s.offset,
                         tensor_offset: s.tensor_offset,
                         rows: s.rows,
                         row_bytes: s.row_bytes,

@@ -162,7 +162,7 @@ fn safetensor(path: &Path, key: &str) -> Result<HostTensor, String> {
 pub fn embed(g: &Graph, plan: &mut Plan, values: &BTreeMap<String, HostTensor>) -> Result<(), String> {
     // Each touched buffer's bytes, built once and turned into words once at the end (a buffer
     // takes many slices: one per weight block).
-    let mut images: BTreeMap<(u16, String), Vec<u8>> = BTreeMap::new();
+    let mut images: BTreeMap<(u16, ipu_core::plan::Sym), Vec<u8>> = BTreeMap::new();
     for b in plan.bindings.iter_mut() {
         if !g.params.contains(&b.tensor) {
             continue;

@@ -281,7 +281,14 @@ pub struct ProfilePlan {
 
 /// Encode a section body.
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    postcard::to_allocvec(value).expect("postcard encoding of owned values cannot fail")
+    // Sized first, then written once: growing a whole chip's tile images (90 MB for SigLIP
+    // attention) by doubling copied them twice over and faulted in the pages of every copy.
+    let size = postcard::experimental::serialized_size(value)
+        .expect("postcard encoding of owned values cannot fail");
+    let out = postcard::to_extend(value, Vec::with_capacity(size))
+        .expect("postcard encoding of owned values cannot fail");
+    debug_assert_eq!(out.len(), size);
+    out
 }
 
 /// Decode a section body completely (trailing bytes are an error).

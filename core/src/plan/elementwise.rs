@@ -14,7 +14,6 @@
 //! place over an operand laid out like it where there is one.
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::Direction;
@@ -374,7 +373,7 @@ fn row_slice(
 ) -> SliceRef {
     SliceRef {
         tile,
-        buffer: String::from(buffer),
+        buffer: buffer.into(),
         offset,
         tensor_offset,
         rows: rows as u32,

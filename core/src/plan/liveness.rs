@@ -153,7 +153,7 @@ pub(super) fn host_buffers(bindings: &[super::BindingPlan]) -> BTreeMap<u16, BTr
     let mut m: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
     for b in bindings {
         for s in &b.slices {
-            m.entry(s.tile).or_default().insert(s.buffer.clone());
+            m.entry(s.tile).or_default().insert(String::from(s.buffer.as_str()));
         }
     }
     m

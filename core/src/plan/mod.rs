@@ -304,7 +304,7 @@ pub struct SliceRef {
     /// Tile.
     pub tile: u16,
     /// Buffer.
-    pub buffer: String,
+    pub buffer: Sym,
     /// Offset in the buffer.
     pub offset: u32,
     /// Byte offset in the tensor.

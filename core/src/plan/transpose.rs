@@ -60,7 +60,7 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             p.buffers.push(zero(&yb, w * ys, MemKind::Tensor));
             ins.push(SliceRef {
                 tile,
-                buffer: xb.clone(),
+                buffer: xb.as_str().into(),
                 offset: 0,
                 tensor_offset: (b * rows * cols + c0) * 2,
                 rows: rows as u32,
@@ -70,7 +70,7 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
             });
             outs.push(SliceRef {
                 tile,
-                buffer: yb.clone(),
+                buffer: yb.as_str().into(),
                 offset: 0,
                 tensor_offset: (b * cols * rows + c0 * rows) * 2,
                 rows: w as u32,
