@@ -660,8 +660,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                 }
             }
-            // Every tile's plan is live until the last is made: no growth slack kept (at SigLIP
-            // scale the slack was a third of the steps' 150 MB).
+            // Every tile's plan is live until the last is made: its launch tables merged now, and
+            // no growth slack kept (at SigLIP scale the slack was a third of the steps' 150 MB).
+            super::merge_descriptors(p, "T");
             p.steps.shrink_to_fit();
             p.buffers.shrink_to_fit();
         }

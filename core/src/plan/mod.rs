@@ -566,7 +566,7 @@ pub fn plan_with_grids(
         plan.cost = cost::predict(&plan.tiles, &plan.horizons);
     }
     for (t, tile) in plan.tiles.iter_mut().enumerate() {
-        merge_descriptors(tile);
+        merge_descriptors(tile, "D");
         check_memory(graph, t as u16, tile)?;
     }
     Ok(plan)
@@ -651,9 +651,13 @@ fn name_hash(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
-/// Put all of a tile's descriptor tables into one buffer `D` (steps then name `D+offset`), so a
-/// tile needs a handful of symbols however many kernel launches it has.
-fn merge_descriptors(tile: &mut TilePlan) {
+/// Put all of a tile's descriptor tables into one buffer `table` (steps then name
+/// `table+offset`), so a tile needs a handful of symbols however many kernel launches it has.
+///
+/// A planner may merge each tile as soon as it is made (the row chain does: at SigLIP scale the
+/// per-launch tables of all tiles were 300 MB at the build's peak); the final merge into `D` then
+/// takes those tables, renamed by their stage, whole, and maps a step's `T+offset` through them.
+pub(crate) fn merge_descriptors(tile: &mut TilePlan, table: &str) {
     let mut words = Init::new();
     // Old name → byte offset in `D`: looked up once per launch and per name a table uses (a tile
     // can have thousands of launches and a million words, most naming data buffers, not tables).
@@ -680,17 +684,24 @@ fn merge_descriptors(tile: &mut TilePlan) {
         let first = base.partition_point(|e| e.0 < h);
         base[first..].iter().take_while(|e| e.0 == h).find(|e| e.1 == name).map(|e| e.2)
     };
+    // A step names a table, or a place in a table merged before (`T+offset`).
+    let place = |desc: &str| -> Option<u32> {
+        offset(desc).or_else(|| {
+            let (name, extra) = desc.rsplit_once('+')?;
+            Some(offset(name)? + extra.parse::<u32>().ok()?)
+        })
+    };
     for step in tile.steps.iter_mut() {
         if let Step::RunAll(_, desc, ..) = step {
-            if let Some(off) = offset(desc.as_str()) {
-                *desc = alloc::format!("D+{off}").into();
+            if let Some(off) = place(desc.as_str()) {
+                *desc = smol_str::format_smolstr!("{table}+{off}");
             }
         }
     }
-    // Descriptors that point into other merged tables (a copy list) now point into `D`.
-    words.rebase(|name| offset(name.as_str()).map(|b| (Sym::from("D"), b)));
+    // Descriptors that point into other merged tables (a copy list) now point into `table`.
+    words.rebase(|name| offset(name.as_str()).map(|b| (Sym::from(table), b)));
     tile.buffers.push(Buffer {
-        name: "D".into(),
+        name: table.into(),
         bytes: 4 * words.len() as u32,
         align: 16,
         kind: MemKind::Descriptor,
