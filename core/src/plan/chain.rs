@@ -414,7 +414,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         }
                         sl.push(SliceRef {
                             tile: tile as u16,
-                            buffer: format!("s{}", src.0).into(),
+                            buffer: smol_str::format_smolstr!("s{}", src.0),
                             offset: ((kb * geo.3 + nb) * be * oc * elt) as u32,
                             tensor_offset: (sb * k * n + kb * be * n + nb * oc) * elt,
                             rows: (k - kb * be).min(be) as u32,

@@ -672,7 +672,12 @@ pub(crate) fn merge_descriptors(tile: &mut TilePlan, table: &str) {
         }
         let name = core::mem::take(&mut b.name);
         base.push((name_hash(&name), name, 4 * words.len() as u32));
-        words.append(&core::mem::take(&mut b.init));
+        // The first table moves in (a tile the row chain merged already has only one).
+        if words.is_empty() {
+            words = core::mem::take(&mut b.init);
+        } else {
+            words.append(&core::mem::take(&mut b.init));
+        }
         false
     });
     if words.is_empty() {

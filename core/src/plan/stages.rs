@@ -453,20 +453,10 @@ fn unsupported(op: usize, why: String) -> (PlanError, bool) {
 fn rename(p: &mut Plan, tag: &str) {
     let re = |s: &mut Sym| *s = smol_str::format_smolstr!("{tag}{s}");
     for t in p.tiles.iter_mut() {
-        // Descriptor words name a handful of data buffers over and over (a whole-chip attention
-        // tile has ~10,000 of them): each new name is formatted once per tile.
-        let mut seen: Vec<(Sym, Sym)> = Vec::new();
+        // `Init::rename` formats each distinct name of a buffer once, not once per word.
         for b in t.buffers.iter_mut() {
             re(&mut b.name);
-            b.init.rename(|s| match seen.iter().find(|(old, _)| old == s) {
-                Some((_, new)) => new.clone(),
-                None => {
-                    let mut new = s.clone();
-                    re(&mut new);
-                    seen.push((s.clone(), new.clone()));
-                    new
-                }
-            });
+            b.init.rename(|s| smol_str::format_smolstr!("{tag}{s}"));
         }
         for step in t.steps.iter_mut() {
             match step {
@@ -484,7 +474,7 @@ fn rename(p: &mut Plan, tag: &str) {
     }
     for b in p.bindings.iter_mut() {
         for s in b.slices.iter_mut() {
-            s.buffer = format!("{tag}{}", s.buffer).into();
+            s.buffer = smol_str::format_smolstr!("{tag}{}", s.buffer);
         }
     }
 }
