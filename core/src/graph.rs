@@ -275,6 +275,11 @@ impl Graph {
     pub fn is_source(&self, id: TensorId) -> bool {
         self.inputs.contains(&id) || self.params.contains(&id)
     }
+    /// Whether some op reads a tensor. An input or param no op reads is not placed: the package
+    /// binds nothing for it, and `run` ignores values given for it.
+    pub fn is_read(&self, id: TensorId) -> bool {
+        self.ops.iter().any(|o| o.kind.operands().contains(&id))
+    }
     /// Find a tensor by name.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))

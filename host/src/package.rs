@@ -373,8 +373,12 @@ impl Package {
             Ok(g) => g,
             Err(e) => return bad(format!("build info: the model source does not parse: {e}")),
         };
-        let dirs =
-            [(Direction::Input, &g.inputs), (Direction::Param, &g.params), (Direction::Output, &g.outputs)];
+        // An input or param no op reads has nothing to be written to: the build binds none.
+        let read = |ids: &[ipu_core::graph::TensorId]| -> Vec<ipu_core::graph::TensorId> {
+            ids.iter().copied().filter(|&t| g.is_read(t)).collect()
+        };
+        let (inputs, params) = (read(&g.inputs), read(&g.params));
+        let dirs = [(Direction::Input, &inputs), (Direction::Param, &params), (Direction::Output, &g.outputs)];
         for (dir, ids) in dirs {
             let word = match dir {
                 Direction::Input => "input",

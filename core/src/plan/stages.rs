@@ -43,10 +43,11 @@ pub(super) fn row_op(g: &Graph, op: usize) -> bool {
         || super::elementwise::is_elementwise(g, op)
 }
 
-/// Whether op `op` is one the row-chain planner never takes (a row op, a view): the partition
-/// plans it apart, so a row chain's complaint about it is not the graph's reason.
+/// Whether op `op` is one the row-chain planner never takes (a row op, a view) or one the partition
+/// starts a stage with: the partition plans it apart, so a row chain's complaint about it is not
+/// the graph's reason.
 pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
-    op < g.ops.len() && (row_op(g, op) || view_op(g, op))
+    op < g.ops.len() && (row_op(g, op) || view_op(g, op) || (op > 0 && partition(g).iter().any(|s| s[0] == op)))
 }
 
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
@@ -118,8 +119,15 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
                     })
             };
             let last = chain.iter().rev().find(|&&l| !side_cast(l));
-            let follows =
-                side_cast(i) || last.is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output));
+            // A softmax of an f16 result of f32 partial sums reads it from a stage of its own:
+            // the chain packs such a result to 16-byte rows, which the softmax kernel does not read.
+            let packed = |l: usize| {
+                matches!(g.ops[l].kind, OpKind::MatMul { accumulate: DType::F32, .. })
+                    && g.tensor(g.ops[l].output).dtype == DType::F16
+                    && matches!(g.ops[i].kind, OpKind::Softmax { .. })
+            };
+            let follows = side_cast(i)
+                || last.is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output) && !packed(l));
             if !follows {
                 stages.push(core::mem::take(&mut chain));
             }
