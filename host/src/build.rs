@@ -324,6 +324,7 @@ pub fn build_model(
                 });
                 index.push(u);
             }
+            info!(tiles = codes.len(), unique = unique.len(), "linking distinct tile programs");
             let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
                 unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
             });

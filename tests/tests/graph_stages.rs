@@ -6,8 +6,6 @@
 
 mod common;
 
-use ipu_host::build::{build, BuildOptions};
-
 fn input(name: &str, shape: &str) -> String {
     format!("[inputs.{name}]\ndtype = \"f16\"\nshape = {shape}\n")
 }

@@ -116,7 +116,8 @@ fn a_chip_made_tensor_read_transposed_gets_a_transpose() {
         let s = drop_kt(s);
         let cast_q = s.find("[[ops]]\nop = \"cast\"\ninput = \"q_h\"").unwrap();
         let qk = s.find("[[ops]]\nop = \"matmul\"\na = \"q8\"").unwrap();
-        format!("{}{}", &s[..cast_q], &s[qk..]).replace("a = \"q8\"\nb = \"k8\"\n", "a = \"q_h\"\nb = \"k_h\"\ntranspose_b = true\n")
+        format!("{}{}", &s[..cast_q], &s[qk..])
+            .replace("a = \"q8\"\nb = \"k8\"\n", "a = \"q_h\"\nb = \"k_h\"\ntranspose_b = true\n")
     });
     passes(&f16, &[8, 64]);
 }

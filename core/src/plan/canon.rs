@@ -51,9 +51,12 @@ fn base_of(g: &Graph, operand: TensorId) -> (TensorId, Option<usize>) {
 }
 
 /// Whether the host can lay out `base` transposed for op `reader`: a model input or param that no
-/// earlier op reads (the reader is where it is first placed).
+/// other op reads (a source is bound once, where it is first read, and every later reader is
+/// served from those bytes: a transposed copy would give them transposed values).
 fn host_transposes(g: &Graph, base: TensorId, reader: usize) -> bool {
-    g.is_source(base) && !g.ops[..reader].iter().any(|o| o.kind.operands().contains(&base))
+    g.is_source(base)
+        && !g.ops.iter().enumerate().any(|(i, o)| i != reader && o.kind.operands().contains(&base))
+        && !g.outputs.contains(&base)
 }
 
 /// `None` when no matmul reads a chip-held tensor transposed (the graph is planned as written);

@@ -115,6 +115,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 if !g.is_source(input) {
                     return unsupported(i, "a cast feeding a matmul's `b` must read a model input".into());
                 }
+                if g.outputs.contains(&op.output) {
+                    // Its weight-block copies have no output binding: the partition makes such a
+                    // cast a stage of its own.
+                    return unsupported(
+                        i,
+                        "a cast feeding a matmul's `b` is not also an output in a row chain".into(),
+                    );
+                }
                 side_casts.push(i);
             }
             _ => chain.push(i),
@@ -218,7 +226,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Softmax { .. } => {
                     return unsupported(
                         next,
-                        format!("softmax reads f16 values; `{}` is {} (cast it to f16 first)", g.tensor(t).name, dt.name()),
+                        format!(
+                            "softmax reads f16 values; `{}` is {} (cast it to f16 first)",
+                            g.tensor(t).name,
+                            dt.name()
+                        ),
                     )
                 }
                 OpKind::Binary { .. }
@@ -555,7 +567,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         };
                         // Alpha on the row operand: `kb` blocks of `rows` rows of 32 bytes, far
                         // fewer values than the product's when the side operand is the wider one.
-                        let folded = alpha.filter(|_| alpha_on_rows(g, ci, fp8, cols(op.output), cols(src)));
+                        let folded = alpha.filter(|_| {
+                            opts.alpha_on_rows && alpha_on_rows(g, ci, fp8, cols(op.output), cols(src))
+                        });
                         if let Some(alpha) = folded {
                             if b == 0 && i == 0 {
                                 alpha_on_a.push(ci);
@@ -655,7 +669,9 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         unreachable!("refused above")
                     }
                     OpKind::Softmax { .. } => {
-                        let Layout::Blocks { be, elt } = layout[&dst] else { unreachable!("softmax writes blocks") };
+                        let Layout::Blocks { be, elt } = layout[&dst] else {
+                            unreachable!("softmax writes blocks")
+                        };
                         let n = cols(src);
                         // Where worker `w`'s first source row is, and the jump from a row's
                         // block to the same row of the next block, less the 32 bytes read: AMP

@@ -47,7 +47,8 @@ pub(super) fn row_op(g: &Graph, op: usize) -> bool {
 /// starts a stage with: the partition plans it apart, so a row chain's complaint about it is not
 /// the graph's reason.
 pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
-    op < g.ops.len() && (row_op(g, op) || view_op(g, op) || (op > 0 && partition(g).iter().any(|s| s[0] == op)))
+    op < g.ops.len()
+        && (row_op(g, op) || view_op(g, op) || (op > 0 && partition(g).iter().any(|s| s[0] == op)))
 }
 
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
@@ -113,6 +114,7 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
             // (A cast read by a grid matmul is not a side cast: that matmul is a stage apart.)
             let side_cast = |j: usize| {
                 matches!(g.ops[j].kind, OpKind::Cast { .. })
+                    && !g.outputs.contains(&g.ops[j].output)
                     && g.ops.iter().enumerate().any(|(k, o)| {
                         matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[j].output)
                             && !grid_matmul(g, k)
@@ -292,7 +294,22 @@ pub fn plan(
                 &format!("{} ops from op {} ({})", ops.len(), ops[0], super::op_phase(g, ops[0])),
             );
         }
-        let stage_opts = PlanOptions { grid: None, profile: false, progress: None, ..opts };
+        // A matmul's row operand that an op of another stage also reads is not scaled in place:
+        // the host may bind it here, and the other stage read these bytes.
+        let row_shared = ops.iter().any(|&i| match g.ops[i].kind {
+            OpKind::MatMul { a, alpha: Some(_), .. } => {
+                g.outputs.contains(&a)
+                    || g.ops.iter().enumerate().any(|(j, o)| j != i && o.kind.operands().contains(&a))
+            }
+            _ => false,
+        });
+        let stage_opts = PlanOptions {
+            grid: None,
+            profile: false,
+            progress: None,
+            alpha_on_rows: opts.alpha_on_rows && !row_shared,
+            ..opts
+        };
         // The stage's mapping; a row-chain stage's refusal is marked as such.
         let (planned, chain_stage) = if let Some(p) = whole.take() {
             // The whole graph as one mapping (`plan::single`), planned by the caller.
