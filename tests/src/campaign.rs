@@ -28,7 +28,13 @@ pub struct CaseResult {
 
 /// Run `count` seeds from `start` on `jobs` threads; results in seed order. `progress` is called
 /// after each case with the number done.
-pub fn run(start: u64, count: usize, jobs: usize, limits: Limits, progress: &(dyn Fn(usize) + Sync)) -> Vec<CaseResult> {
+pub fn run(
+    start: u64,
+    count: usize,
+    jobs: usize,
+    limits: Limits,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<CaseResult> {
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<CaseResult>>> = (0..count).map(|_| Mutex::new(None)).collect();
@@ -122,11 +128,24 @@ pub fn report(results: &[CaseResult], wall: Duration) -> String {
     }
     let ops: Vec<String> = s.ops.iter().map(|(o, k)| format!("{o}={k}")).collect();
     let _ = writeln!(out, "ops generated: {}", ops.join(" "));
-    let _ = writeln!(out, "bugs: {} new, {} known {:?}", s.new_bugs, s.known_bugs.values().sum::<usize>(), s.known_bugs);
+    let _ = writeln!(
+        out,
+        "bugs: {} new, {} known {:?}",
+        s.new_bugs,
+        s.known_bugs.values().sum::<usize>(),
+        s.known_bugs
+    );
     for r in results {
         if let Outcome::Bug(f) = &r.outcome {
             let tag = r.known.map_or("NEW".to_string(), |id| format!("known {id}"));
-            let _ = writeln!(out, "  seed {} tiles {} [{tag}] {}: {}", r.seed, r.spec.tiles, f.class, first_line(&f.message));
+            let _ = writeln!(
+                out,
+                "  seed {} tiles {} [{tag}] {}: {}",
+                r.seed,
+                r.spec.tiles,
+                f.class,
+                first_line(&f.message)
+            );
         }
     }
     out
@@ -136,13 +155,17 @@ fn first_line(m: &str) -> String {
     m.lines().next().unwrap_or("").chars().take(300).collect()
 }
 
-/// One representative (the lowest seed) of each distinct bug: class and key.
-pub fn distinct_bugs(results: &[CaseResult]) -> Vec<(&CaseResult, &Failure)> {
-    let mut seen: BTreeMap<(String, String), ()> = BTreeMap::new();
+/// Up to `per_key` representatives (the lowest seeds) of each distinct bug: class, key and the
+/// open finding that explains it. A wrong result's key says only which check failed, so more
+/// than one of those is worth minimising to tell causes apart.
+pub fn distinct_bugs(results: &[CaseResult], per_key: usize) -> Vec<(&CaseResult, &Failure)> {
+    let mut seen: BTreeMap<(String, String, Option<&str>), usize> = BTreeMap::new();
     let mut out = Vec::new();
     for r in results {
         if let Outcome::Bug(f) = &r.outcome {
-            if seen.insert((f.class.to_string(), f.key.clone()), ()).is_none() {
+            let n = seen.entry((f.class.to_string(), f.key.clone(), r.known)).or_default();
+            *n += 1;
+            if *n <= per_key {
                 out.push((r, f));
             }
         }

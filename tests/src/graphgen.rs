@@ -159,7 +159,13 @@ impl GraphSpec {
         let _ = writeln!(s, "name = \"g{}\"\noutputs = [{}]", self.seed, outs.join(", "));
         for src in &self.sources {
             let kind = if src.param.is_some() { "params" } else { "inputs" };
-            let _ = write!(s, "\n[{kind}.{}]\ndtype = \"{}\"\nshape = {:?}\n", src.name, dtype_name(src.dtype), src.shape);
+            let _ = write!(
+                s,
+                "\n[{kind}.{}]\ndtype = \"{}\"\nshape = {:?}\n",
+                src.name,
+                dtype_name(src.dtype),
+                src.shape
+            );
             if let Some(p) = &src.param {
                 if let Some(sc) = p.scale {
                     let _ = writeln!(s, "scale = {sc}");
@@ -190,7 +196,10 @@ impl GraphSpec {
     /// The values a param's `.npy` holds: deterministic in the seed, the name and the shape.
     pub fn param_tensor(&self, src: &Source) -> HostTensor {
         let p = src.param.as_ref().expect("a param");
-        let salt = src.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| (h ^ c as u64).wrapping_mul(0x100_0000_01b3));
+        let salt = src
+            .name
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, c| (h ^ c as u64).wrapping_mul(0x100_0000_01b3));
         let mut rng = Rng::new(self.seed, salt);
         let n: u64 = src.shape.iter().product();
         let (dtype, data) = if p.codes {
@@ -238,7 +247,8 @@ struct Gen {
 }
 
 /// Sizes drawn for axes: small, odd, not multiples of 4/8/16, with 1 among them.
-const DIMS: [u64; 24] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 19, 20, 23, 24, 31, 32, 33, 40, 48];
+const DIMS: [u64; 24] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 19, 20, 23, 24, 31, 32, 33, 40, 48];
 
 /// Draw a graph for `seed`.
 pub fn generate(seed: u64) -> GraphSpec {
@@ -255,11 +265,6 @@ pub fn generate(seed: u64) -> GraphSpec {
         3 => 129 + g.rng.below(1343),
         _ => 1472,
     };
-    let first = g.rng.below(2) + 1;
-    for _ in 0..first {
-        let shape = g.shape();
-        g.source(DType::F16, shape, false);
-    }
     let steps = 1 + g.rng.below(6);
     for _ in 0..steps {
         g.step();
@@ -277,6 +282,7 @@ pub fn generate(seed: u64) -> GraphSpec {
         let t = g.source(DType::F16, shape, true);
         g.avail.retain(|a| a.name != t);
     }
+    g.read_views();
     g.choose_outputs();
     g.spec
 }
@@ -285,6 +291,10 @@ impl Gen {
     fn fresh(&mut self, prefix: &str) -> String {
         self.next += 1;
         format!("{prefix}{}", self.next - 1)
+    }
+
+    fn is_source(&self, name: &str) -> bool {
+        self.spec.sources.iter().any(|s| s.name == name)
     }
 
     fn dim(&mut self) -> u64 {
@@ -329,8 +339,12 @@ impl Gen {
 
     /// An f16 tensor of rank ≥ `min_rank` to read: mostly the latest result, else any, else new.
     fn pick_f16(&mut self, min_rank: usize) -> Avail {
-        let ok: Vec<Avail> =
-            self.avail.iter().filter(|a| a.dtype == DType::F16 && a.shape.len() >= min_rank).cloned().collect();
+        let ok: Vec<Avail> = self
+            .avail
+            .iter()
+            .filter(|a| a.dtype == DType::F16 && a.shape.len() >= min_rank)
+            .cloned()
+            .collect();
         if ok.is_empty() || self.rng.pct(8) {
             let mut shape = self.shape();
             while shape.len() < min_rank {
@@ -345,7 +359,53 @@ impl Gen {
         self.rng.pick(&ok)
     }
 
-    fn push(&mut self, op: &str, operands: &[(&str, &str)], attrs: Vec<(&str, Attr)>, out: (DType, Vec<u64>, f64)) -> String {
+    /// The input of a view: mostly an op's result (a view of a model input that no earlier op
+    /// reads is refused, documented), else as [`Self::pick_f16`].
+    fn pick_view_input(&mut self, min_rank: usize) -> Avail {
+        let made: Vec<Avail> = self
+            .avail
+            .iter()
+            .filter(|a| a.dtype == DType::F16 && a.shape.len() >= min_rank && !self.is_source(&a.name))
+            .cloned()
+            .collect();
+        if made.is_empty() || self.rng.pct(10) {
+            return self.pick_f16(min_rank);
+        }
+        if self.rng.pct(60) {
+            return made[made.len() - 1].clone();
+        }
+        self.rng.pick(&made)
+    }
+
+    /// A slice or a last-axis-keeping transpose that nothing reads cannot be an output (refused,
+    /// documented): most get a reader, an elementwise function.
+    fn read_views(&mut self) {
+        let reads: Vec<String> = self.spec.reads().into_iter().map(String::from).collect();
+        let leaves: Vec<Avail> = self
+            .spec
+            .ops
+            .iter()
+            .filter(|o| {
+                let keeps_last = matches!(o.attrs.first(), Some((_, Attr::List(p))) if p.last() == Some(&(p.len() as i64 - 1)));
+                (o.op == "slice" || (o.op == "transpose" && keeps_last)) && !reads.contains(&o.output)
+            })
+            .filter_map(|o| self.avail.iter().find(|a| a.name == o.output).cloned())
+            .collect();
+        for v in leaves {
+            if v.dtype == DType::F16 && self.rng.pct(85) {
+                let f = self.rng.pick(&["abs", "tanh", "sigmoid"]);
+                self.push(f, &[("input", &v.name)], Vec::new(), (DType::F16, v.shape.clone(), v.mag));
+            }
+        }
+    }
+
+    fn push(
+        &mut self,
+        op: &str,
+        operands: &[(&str, &str)],
+        attrs: Vec<(&str, Attr)>,
+        out: (DType, Vec<u64>, f64),
+    ) -> String {
         let output = self.fresh("t");
         self.spec.ops.push(OpSpec {
             op: op.into(),
@@ -388,10 +448,19 @@ impl Gen {
 
     fn matmul(&mut self) {
         let mut a = self.pick_f16(2);
+        // Params as the left operand: the tensor picked is read as `b`, a new source is `a`.
+        if self.rng.pct(12) && a.shape.len() == 2 {
+            let new_a = vec![self.dim(), a.shape[0]];
+            let name = self.new_operand(new_a);
+            let (b, mode) = (a, self.rng.weighted(&[45, 20, 15, 20]));
+            a = self.avail.iter().find(|x| x.name == name).cloned().expect("declared");
+            let k = k_of_b(&b);
+            return self.finish_matmul(a, b, false, false, mode, k);
+        }
         let ra = a.shape.len();
-        let ta = self.rng.pct(15);
-        let (m, k) = if ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
-        let _ = m;
+        // A transposed read of a tensor made on the chip is refused (documented): mostly sources.
+        let ta = self.rng.pct(if self.is_source(&a.name) { 15 } else { 3 });
+        let k = if ta { a.shape[ra - 2] } else { a.shape[ra - 1] };
         let batch: Vec<u64> = a.shape[..ra - 2].to_vec();
         let tb = self.rng.pct(25);
         let n = self.dim();
@@ -404,27 +473,26 @@ impl Gen {
         b_shape.extend(if tb { [n, k] } else { [k, n] });
         let mode = self.rng.weighted(&[45, 20, 15, 20]);
         let fp8 = mode == 3;
-        let mut b = match self.avail.iter().find(|x| x.dtype == DType::F16 && x.shape == b_shape && x.name != a.name) {
-            Some(x) if self.rng.pct(50) => x.clone(),
-            _ if fp8 && self.rng.pct(50) => {
-                let dt = if self.rng.pct(50) { DType::F8E4M3 } else { DType::F8E5M2 };
-                let name = self.source(dt, b_shape, true);
-                self.avail.iter().find(|x| x.name == name).cloned().expect("declared")
-            }
-            _ => {
-                let name = self.new_operand(b_shape);
-                self.avail.iter().find(|x| x.name == name).cloned().expect("declared")
-            }
-        };
-        // Params as the left operand: swap the roles (the existing tensor is read as `b`).
-        let (mut ta, mut tb) = (ta, tb);
-        if self.rng.pct(12) && !ta && a.shape.len() == 2 {
-            let new_a = vec![self.dim(), a.shape[0]];
-            let name = self.new_operand(new_a);
-            b = a;
-            a = self.avail.iter().find(|x| x.name == name).cloned().expect("declared");
-            (ta, tb) = (false, false);
-        }
+        let b =
+            match self.avail.iter().find(|x| x.dtype == DType::F16 && x.shape == b_shape && x.name != a.name)
+            {
+                Some(x) if self.rng.pct(50) => x.clone(),
+                _ if fp8 && self.rng.pct(50) => {
+                    let dt = if self.rng.pct(50) { DType::F8E4M3 } else { DType::F8E5M2 };
+                    let name = self.source(dt, b_shape, true);
+                    self.avail.iter().find(|x| x.name == name).cloned().expect("declared")
+                }
+                _ => {
+                    let name = self.new_operand(b_shape);
+                    self.avail.iter().find(|x| x.name == name).cloned().expect("declared")
+                }
+            };
+        self.finish_matmul(a, b, ta, tb, mode, k);
+    }
+
+    /// The matmul of `a` and `b` (FP8 casts first for `mode` 3), and a cast of an f32 result.
+    fn finish_matmul(&mut self, mut a: Avail, mut b: Avail, ta: bool, tb: bool, mode: usize, k: u64) {
+        let fp8 = mode == 3;
         if fp8 {
             a = self.to_fp8(&a);
             if b.dtype == DType::F16 {
@@ -448,10 +516,11 @@ impl Gen {
             alpha = self.rng.pick(&[0.5, 0.125, 0.7071067811865476, 2.0, -1.0, 0.3]);
             attrs.push(("alpha", Attr::Float(alpha)));
         }
-        let shape = ipu_core::graph::matmul_shape(&tensor(&a), &tensor(&b), ta, tb).map(|(mut s, m, _, n)| {
-            s.extend([m, n]);
-            s
-        });
+        let shape =
+            ipu_core::graph::matmul_shape(&tensor(&a), &tensor(&b), ta, tb).map(|(mut s, m, _, n)| {
+                s.extend([m, n]);
+                s
+            });
         let Some(shape) = shape else { return };
         let mag = a.mag * b.mag * (k as f64).sqrt() * 2.0 * f64::abs(alpha);
         let t = self.push("matmul", &[("a", &a.name), ("b", &b.name)], attrs, (out, shape.clone(), mag));
@@ -476,13 +545,15 @@ impl Gen {
             choices.push(m);
         }
         let b_shape = self.rng.pick(&choices);
-        let b = match self.avail.iter().find(|x| x.dtype == DType::F16 && x.shape == b_shape && x.name != a.name) {
-            Some(x) if self.rng.pct(60) => x.clone(),
-            _ => {
-                let n = self.new_operand(b_shape);
-                self.avail.iter().find(|x| x.name == n).cloned().expect("declared")
-            }
-        };
+        let b =
+            match self.avail.iter().find(|x| x.dtype == DType::F16 && x.shape == b_shape && x.name != a.name)
+            {
+                Some(x) if self.rng.pct(60) => x.clone(),
+                _ => {
+                    let n = self.new_operand(b_shape);
+                    self.avail.iter().find(|x| x.name == n).cloned().expect("declared")
+                }
+            };
         let op = self.rng.pick(&["add", "sub", "mul"]);
         let (x, y) = if self.rng.pct(25) { (&b, &a) } else { (&a, &b) };
         let Some(shape) = ipu_core::graph::broadcast_shape(&x.shape, &y.shape) else { return };
@@ -492,8 +563,14 @@ impl Gen {
     }
 
     fn softmax(&mut self) {
-        let mm: Vec<Avail> = self.avail.iter().filter(|a| a.from_matmul && a.dtype == DType::F16).cloned().collect();
-        let x = if !mm.is_empty() && self.rng.pct(60) { self.rng.pick(&mm) } else { self.pick_f16(1) };
+        let mm: Vec<Avail> =
+            self.avail.iter().filter(|a| a.from_matmul && a.dtype == DType::F16).cloned().collect();
+        let x = if !mm.is_empty() && self.rng.pct(60) {
+            self.rng.pick(&mm)
+        } else {
+            let r = if self.rng.pct(90) { 2 } else { 1 };
+            self.pick_f16(r)
+        };
         self.push("softmax", &[("input", &x.name)], Vec::new(), (DType::F16, x.shape, 1.0));
     }
 
@@ -516,7 +593,12 @@ impl Gen {
     fn gelu(&mut self) {
         let x = self.pick_f16(1);
         let form = if self.rng.pct(50) { "tanh" } else { "none" };
-        self.push("gelu", &[("input", &x.name)], vec![("approximate", Attr::Str(form.into()))], (DType::F16, x.shape, x.mag));
+        self.push(
+            "gelu",
+            &[("input", &x.name)],
+            vec![("approximate", Attr::Str(form.into()))],
+            (DType::F16, x.shape, x.mag),
+        );
     }
 
     fn unary_map(&mut self) {
@@ -556,7 +638,8 @@ impl Gen {
         let mid = if self.rng.pct(65) {
             self.to_fp8(&x)
         } else {
-            let n = self.push("cast", &[("input", &x.name)], Vec::new(), (DType::F32, x.shape.clone(), x.mag));
+            let n =
+                self.push("cast", &[("input", &x.name)], Vec::new(), (DType::F32, x.shape.clone(), x.mag));
             self.avail.iter().find(|a| a.name == n).cloned().expect("pushed")
         };
         if self.rng.pct(80) {
@@ -565,7 +648,11 @@ impl Gen {
     }
 
     fn reshape(&mut self) {
-        let x = if self.rng.pct(85) { self.pick_f16(1) } else { self.rng.pick(&self.avail.clone()) };
+        let x = if self.avail.is_empty() || self.rng.pct(85) {
+            self.pick_view_input(1)
+        } else {
+            self.rng.pick(&self.avail.clone())
+        };
         let s = &x.shape;
         let e: u64 = s.iter().product();
         let r = s.len();
@@ -581,11 +668,16 @@ impl Gen {
         }
         let shape = self.rng.pick(&choices);
         let list = shape.iter().map(|&d| d as i64).collect();
-        self.push("reshape", &[("input", &x.name)], vec![("shape", Attr::List(list))], (x.dtype, shape, x.mag));
+        self.push(
+            "reshape",
+            &[("input", &x.name)],
+            vec![("shape", Attr::List(list))],
+            (x.dtype, shape, x.mag),
+        );
     }
 
     fn transpose(&mut self) {
-        let x = self.pick_f16(2);
+        let x = self.pick_view_input(2);
         let r = x.shape.len();
         let mut perm: Vec<usize> = (0..r).collect();
         match self.rng.weighted(&[70, 25, 5]) {
@@ -595,11 +687,16 @@ impl Gen {
         }
         let shape: Vec<u64> = perm.iter().map(|&p| x.shape[p]).collect();
         let list = perm.iter().map(|&p| p as i64).collect();
-        self.push("transpose", &[("input", &x.name)], vec![("perm", Attr::List(list))], (x.dtype, shape, x.mag));
+        self.push(
+            "transpose",
+            &[("input", &x.name)],
+            vec![("perm", Attr::List(list))],
+            (x.dtype, shape, x.mag),
+        );
     }
 
     fn slice(&mut self) {
-        let x = self.pick_f16(1);
+        let x = self.pick_view_input(1);
         let r = x.shape.len();
         let (mut starts, mut ends) = (vec![0i64; r], x.shape.iter().map(|&d| d as i64).collect::<Vec<_>>());
         for k in 0..r {
@@ -633,6 +730,11 @@ impl Gen {
         }
         self.spec.outputs = outs;
     }
+}
+
+/// K of a matmul that reads `b` untransposed as its right operand.
+fn k_of_b(b: &Avail) -> u64 {
+    b.shape[b.shape.len() - 2]
 }
 
 /// The core graph's view of a generator tensor, for its shape rules.

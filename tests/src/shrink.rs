@@ -10,7 +10,11 @@ use ipu_schema::DType;
 
 /// Shrink `spec` while `fails` holds; at most `budget` calls of `fails`. Returns the smallest
 /// graph found and the number of calls made.
-pub fn minimise(spec: &GraphSpec, budget: usize, mut fails: impl FnMut(&GraphSpec) -> bool) -> (GraphSpec, usize) {
+pub fn minimise(
+    spec: &GraphSpec,
+    budget: usize,
+    mut fails: impl FnMut(&GraphSpec) -> bool,
+) -> (GraphSpec, usize) {
     let mut best = spec.clone();
     let mut calls = 0;
     'outer: while calls < budget {
@@ -58,7 +62,8 @@ pub fn candidates(s: &GraphSpec) -> Vec<GraphSpec> {
             subs.push((None, false));
         } else {
             for (_, x) in &op.operands {
-                if g.find(x).map(|id| g.tensor(id)).is_some_and(|u| u.dtype == t.dtype && u.shape == t.shape) {
+                if g.find(x).map(|id| g.tensor(id)).is_some_and(|u| u.dtype == t.dtype && u.shape == t.shape)
+                {
                     subs.push((Some(x.clone()), false));
                 }
             }
@@ -80,7 +85,12 @@ pub fn candidates(s: &GraphSpec) -> Vec<GraphSpec> {
             }
             if let Some(name) = &sub {
                 if new {
-                    c.sources.push(Source { name: name.clone(), dtype: t.dtype, shape: t.shape.clone(), param: None });
+                    c.sources.push(Source {
+                        name: name.clone(),
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                        param: None,
+                    });
                 }
                 for o in c.ops.iter_mut() {
                     for (_, x) in o.operands.iter_mut() {
@@ -91,6 +101,14 @@ pub fn candidates(s: &GraphSpec) -> Vec<GraphSpec> {
                 }
             }
             if !c.outputs.is_empty() {
+                // The same without the sources nothing reads any more (an unread source can be
+                // a failure of its own).
+                let reads: Vec<String> = c.reads().into_iter().map(String::from).collect();
+                let mut d = c.clone();
+                d.sources.retain(|x| reads.contains(&x.name) || s.reads().iter().all(|r| *r != x.name));
+                if d.sources.len() < c.sources.len() {
+                    out.push(d);
+                }
                 out.push(c);
             }
         }
@@ -130,7 +148,8 @@ pub fn candidates(s: &GraphSpec) -> Vec<GraphSpec> {
     }
     // Sizes: each distinct size of a source made smaller everywhere it appears (sources,
     // reshape shapes, slice ends).
-    let mut sizes: Vec<u64> = s.sources.iter().flat_map(|x| x.shape.iter().copied()).filter(|&d| d > 1).collect();
+    let mut sizes: Vec<u64> =
+        s.sources.iter().flat_map(|x| x.shape.iter().copied()).filter(|&d| d > 1).collect();
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     sizes.dedup();
     for v in sizes {
@@ -168,7 +187,13 @@ const HEADER: &str = "# graph_fuzz:";
 
 /// Write `spec` as the regression model `dir/NAME.toml` (params in `dir/NAME/`), with a header
 /// comment: seed, tiles, failure class, message, and how to rerun it.
-pub fn save(spec: &GraphSpec, dir: &std::path::Path, name: &str, class: &str, message: &str) -> std::io::Result<()> {
+pub fn save(
+    spec: &GraphSpec,
+    dir: &std::path::Path,
+    name: &str,
+    class: &str,
+    message: &str,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     if spec.sources.iter().any(|s| s.param.is_some()) {
         let pdir = dir.join(name);

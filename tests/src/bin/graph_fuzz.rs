@@ -4,7 +4,7 @@
 //! the product binary should not carry test machinery.
 //!
 //! ```text
-//! graph_fuzz N [START] [--jobs J] [--save DIR] [--no-shrink] [--budget CALLS] [--timeout SECS]
+//! graph_fuzz N [START] [--jobs J] [--save DIR] [--no-shrink] [--per-bug K] [--budget CALLS] [--timeout SECS]
 //! graph_fuzz --emit SEED DIR        # write seed's model.toml and params into DIR, print its tiles
 //! graph_fuzz --check FILE.toml...   # rerun saved regression models (header: seed, tiles)
 //! ```
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: graph_fuzz N [START] [--jobs J] [--save DIR] [--no-shrink] [--budget CALLS] [--timeout SECS]\n       \
+        "usage: graph_fuzz N [START] [--jobs J] [--save DIR] [--no-shrink] [--per-bug K] [--budget CALLS] [--timeout SECS]\n       \
          graph_fuzz --emit SEED DIR\n       graph_fuzz --check FILE.toml..."
     );
     std::process::exit(2)
@@ -65,7 +65,11 @@ fn check_files(files: &[String]) {
             Outcome::Refused { message, .. } => message.clone(),
             _ => String::new(),
         };
-        println!("{f}: recorded {class}, now {} {} {detail}", out.class(), known.map_or(String::new(), |k| format!("(known {k})")));
+        println!(
+            "{f}: recorded {class}, now {} {} {detail}",
+            out.class(),
+            known.map_or(String::new(), |k| format!("(known {k})"))
+        );
         if matches!(out, Outcome::Bug(_)) && known.is_none() {
             bad += 1;
         }
@@ -75,7 +79,9 @@ fn check_files(files: &[String]) {
 
 fn campaign_main(args: &[String]) {
     let mut pos = Vec::new();
-    let (mut jobs, mut save, mut shrink_on, mut budget) = (2usize, PathBuf::from("target/graph_fuzz"), true, 150usize);
+    let (mut jobs, mut save, mut shrink_on, mut budget) =
+        (2usize, PathBuf::from("target/graph_fuzz"), true, 150usize);
+    let mut per_key = 1usize;
     let mut limits = Limits::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -84,6 +90,7 @@ fn campaign_main(args: &[String]) {
             "--jobs" => jobs = val().parse().unwrap_or_else(|_| usage()),
             "--save" => save = PathBuf::from(val()),
             "--no-shrink" => shrink_on = false,
+            "--per-bug" => per_key = val().parse().unwrap_or_else(|_| usage()),
             "--budget" => budget = val().parse().unwrap_or_else(|_| usage()),
             "--timeout" => limits.timeout = Duration::from_secs(val().parse().unwrap_or_else(|_| usage())),
             s if s.starts_with("--") => usage(),
@@ -105,11 +112,9 @@ fn campaign_main(args: &[String]) {
     print!("{}", campaign::report(&results, wall));
     let new_bugs = campaign::summarise(&results).new_bugs;
     if shrink_on {
-        for (r, f) in campaign::distinct_bugs(&results) {
+        for (r, f) in campaign::distinct_bugs(&results, per_key) {
             let t = Instant::now();
-            let same = |c: &graphgen::GraphSpec| {
-                matches!(oracle::check(c, limits), Outcome::Bug(g) if g.class == f.class && g.key == f.key)
-            };
+            let same = |c: &graphgen::GraphSpec| matches!(oracle::check(c, limits), Outcome::Bug(g) if g.class == f.class && g.key == f.key);
             let (small, calls) = shrink::minimise(&r.spec, budget, same);
             let name = format!("{}-{}", f.class, r.seed);
             let msg = match oracle::check(&small, limits) {
