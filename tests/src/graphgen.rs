@@ -435,7 +435,7 @@ impl Gen {
     }
 
     /// An FP8 cast of `t` with a scale that fits its magnitude, tight enough to overflow 1 time in 8.
-    fn to_fp8(&mut self, t: &Avail) -> Avail {
+    fn cast_fp8(&mut self, t: &Avail) -> Avail {
         let to = if self.rng.pct(60) { DType::F8E4M3 } else { DType::F8E5M2 };
         let max = if to == DType::F8E4M3 { 240.0 } else { 57344.0 };
         let fit = (t.mag / max).log2().ceil() as i64;
@@ -494,9 +494,9 @@ impl Gen {
     fn finish_matmul(&mut self, mut a: Avail, mut b: Avail, ta: bool, tb: bool, mode: usize, k: u64) {
         let fp8 = mode == 3;
         if fp8 {
-            a = self.to_fp8(&a);
+            a = self.cast_fp8(&a);
             if b.dtype == DType::F16 {
-                b = self.to_fp8(&b);
+                b = self.cast_fp8(&b);
             }
         }
         let (out, acc) = match mode {
@@ -513,7 +513,7 @@ impl Gen {
         }
         let mut alpha = 1.0;
         if self.rng.pct(25) {
-            alpha = self.rng.pick(&[0.5, 0.125, 0.7071067811865476, 2.0, -1.0, 0.3]);
+            alpha = self.rng.pick(&[0.5, 0.125, std::f64::consts::FRAC_1_SQRT_2, 2.0, -1.0, 0.3]);
             attrs.push(("alpha", Attr::Float(alpha)));
         }
         let shape =
@@ -636,7 +636,7 @@ impl Gen {
         }
         let x = self.pick_f16(1);
         let mid = if self.rng.pct(65) {
-            self.to_fp8(&x)
+            self.cast_fp8(&x)
         } else {
             let n =
                 self.push("cast", &[("input", &x.name)], Vec::new(), (DType::F32, x.shape.clone(), x.mag));
@@ -660,7 +660,7 @@ impl Gen {
         if r >= 2 {
             choices.push(vec![e / s[r - 1], s[r - 1]]);
         }
-        let divisors: Vec<u64> = (2..=e.min(64)).filter(|d| e % d == 0 && *d < e).collect();
+        let divisors: Vec<u64> = (2..=e.min(64)).filter(|d| e.is_multiple_of(*d) && *d < e).collect();
         if !divisors.is_empty() {
             let d = self.rng.pick(&divisors);
             choices.push(vec![e / d, d]);

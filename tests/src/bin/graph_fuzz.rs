@@ -101,7 +101,7 @@ fn campaign_main(args: &[String]) {
     let start = pos.get(1).map_or(0, |s| num_arg(Some(s)));
     let t0 = Instant::now();
     let tell = |done: usize| {
-        if done % 50 == 0 || done == count {
+        if done.is_multiple_of(50) || done == count {
             eprint!("\r{done}/{count} graphs, {:.0} s", t0.elapsed().as_secs_f64());
             let _ = std::io::stderr().flush();
         }
