@@ -120,11 +120,23 @@ pub fn report(results: &[CaseResult], wall: Duration) -> String {
     for (c, k) in &s.classes {
         let _ = writeln!(out, "  {c:<34} {k:>6}  {:5.1}%", pct(*k));
     }
-    let _ = writeln!(out, "refusal reasons (rate over all graphs):");
-    let mut reasons: Vec<(&String, &usize)> = s.reasons.iter().collect();
-    reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    for (r, k) in reasons {
-        let _ = writeln!(out, "  {:5.1}% {k:>5}  {r}", pct(*k));
+    // One line per reason, whatever the op: `op N (tanh): why` and `op N (abs): why` count together.
+    let _ = writeln!(out, "refusal reasons (rate over all graphs; the ops that met them):");
+    let mut by_reason: BTreeMap<String, (usize, BTreeMap<String, usize>)> = BTreeMap::new();
+    for (r, k) in &s.reasons {
+        let (kind, why) = match (r.find('('), r.find("): ")) {
+            (Some(a), Some(b)) if a < b => (&r[a + 1..b], &r[b + 3..]),
+            _ => ("", r.as_str()),
+        };
+        let e = by_reason.entry(why.to_string()).or_default();
+        e.0 += k;
+        *e.1.entry(kind.to_string()).or_default() += k;
+    }
+    let mut reasons: Vec<_> = by_reason.into_iter().collect();
+    reasons.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    for (why, (k, kinds)) in reasons {
+        let kinds: Vec<String> = kinds.iter().map(|(o, n)| format!("{o} {n}")).collect();
+        let _ = writeln!(out, "  {:5.1}% {k:>5}  {why}  [{}]", pct(k), kinds.join(", "));
     }
     let ops: Vec<String> = s.ops.iter().map(|(o, k)| format!("{o}={k}")).collect();
     let _ = writeln!(out, "ops generated: {}", ops.join(" "));
