@@ -136,6 +136,7 @@ pub fn report(results: &[CaseResult], wall: Duration) -> String {
     reasons.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
     for (why, (k, kinds)) in reasons {
         let kinds: Vec<String> = kinds.iter().map(|(o, n)| format!("{o} {n}")).collect();
+        let why: String = why.chars().take(150).collect();
         let _ = writeln!(out, "  {:5.1}% {k:>5}  {why}  [{}]", pct(k), kinds.join(", "));
     }
     let ops: Vec<String> = s.ops.iter().map(|(o, k)| format!("{o}={k}")).collect();
