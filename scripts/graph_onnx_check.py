@@ -108,7 +108,9 @@ def to_onnx(model, model_dir):
             y = node({"tanh": "Tanh", "sigmoid": "Sigmoid", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
                       "reciprocal": "Reciprocal", "abs": "Abs", "erf": "Erf"}[kind], [x])
         elif kind == "pow":
-            y = node("Pow", [x, const(op["exponent"])])
+            # The format's pow is e^{c·ln x}: NaN below 0 whatever the exponent (docs/model-format.md).
+            p = node("Pow", [x, const(op["exponent"])])
+            y = node("Where", [node("Less", [x, const(0.0)]), const(np.nan), p])
         elif kind == "softmax":
             y = node("Softmax", [x], axis=-1)
         elif kind == "layernorm":
