@@ -204,3 +204,17 @@ fn saved_regression_models_fail_as_recorded_until_fixed_then_pass() {
         }
     }
 }
+
+/// The oracle's own failure paths: the wall-clock guard reports a hang, a run stopped by the
+/// simulator's cycle limit is a device error, and a graph that passes does so.
+#[test]
+fn the_oracle_reports_hangs_and_cycle_limits_as_bugs() {
+    let spec = (0..200)
+        .map(graphgen::generate)
+        .find(|s| s.ops.len() >= 2 && matches!(oracle::check(s, Limits::default()), Outcome::Pass))
+        .expect("a graph that passes");
+    let hang = oracle::check(&spec, Limits { timeout: Duration::from_nanos(1), ..Limits::default() });
+    assert!(matches!(&hang, Outcome::Bug(f) if f.class == "hang"), "{hang:?}");
+    let stopped = oracle::check(&spec, Limits { max_cycles: 10, ..Limits::default() });
+    assert!(matches!(&stopped, Outcome::Bug(f) if f.class == "device-error"), "{stopped:?}");
+}
