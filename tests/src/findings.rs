@@ -40,10 +40,16 @@ fn unread_source(g: &Graph, sources: &[TensorId]) -> bool {
     sources.iter().any(|s| !live.contains(s))
 }
 
-/// Whether a model output is a reshape of a model input.
+/// Whether a model output is a reshape (or a chain of reshapes) of a model input or param.
 fn output_reshapes_an_input(g: &Graph) -> bool {
-    g.ops.iter().any(|op| {
-        matches!(op.kind, OpKind::Reshape { input } if g.is_source(input)) && g.outputs.contains(&op.output)
+    g.outputs.iter().any(|&o| {
+        let mut t = o;
+        let mut reshaped = false;
+        while let Some(OpKind::Reshape { input }) = g.ops.iter().find(|op| op.output == t).map(|op| &op.kind)
+        {
+            (t, reshaped) = (*input, true);
+        }
+        reshaped && g.is_source(t)
     })
 }
 
@@ -106,7 +112,7 @@ pub const OPEN: &[Open] = &[
     },
     Open {
         id: "F4",
-        why: "a model output that is a reshape of a model input shares the input's bytes: `run` poisons it before the call, so the ops that read the input compute on NaN",
+        why: "a model output that is a reshape (chain) of a model input or param shares its bytes: `run` poisons it before the call, so it and the ops that read the source compute on NaN",
         matches: |g, f| f.class == "wrong-result" && output_reshapes_an_input(g),
     },
     Open {
