@@ -263,6 +263,10 @@ pub struct Graph {
     pub outputs: Vec<TensorId>,
     /// Operations in execution order.
     pub ops: Vec<Op>,
+    /// Sources whose bytes a planner must leave as they are: in a stage's graph (`stages.rs`),
+    /// the inputs that ops of other stages also read from where this stage is given them, or that
+    /// the host reads back. Empty for a whole model.
+    pub shared: Vec<TensorId>,
 }
 
 impl Graph {

@@ -567,9 +567,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         };
                         // Alpha on the row operand: `kb` blocks of `rows` rows of 32 bytes, far
                         // fewer values than the product's when the side operand is the wider one.
-                        let folded = alpha.filter(|_| {
-                            opts.alpha_on_rows && alpha_on_rows(g, ci, fp8, cols(op.output), cols(src))
-                        });
+                        let folded = alpha.filter(|_| alpha_on_rows(g, ci, fp8, cols(op.output), cols(src)));
                         if let Some(alpha) = folded {
                             if b == 0 && i == 0 {
                                 alpha_on_a.push(ci);
@@ -883,7 +881,11 @@ fn softmax_e_row(n: u64) -> u64 {
 fn alpha_on_rows(g: &Graph, op: usize, fp8: bool, out_cols: u64, a_cols: u64) -> bool {
     let a = row_input(&g.ops[op].kind);
     let readers = g.ops.iter().filter(|o| o.kind.operands().contains(&a)).count();
-    !fp8 && g.tensor(a).dtype == DType::F16 && readers == 1 && !g.outputs.contains(&a) && out_cols > a_cols
+    !fp8 && g.tensor(a).dtype == DType::F16
+        && readers == 1
+        && !g.outputs.contains(&a)
+        && !g.shared.contains(&a)
+        && out_cols > a_cols
 }
 
 /// The `ScaleF16` descriptor over a row operand in `[block][row][32 bytes]` layout (`kb` blocks of

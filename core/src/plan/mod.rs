@@ -480,10 +480,6 @@ pub struct PlanOptions {
     /// Told `(stage, stages, what)` before each stage of a graph is planned, so that a long
     /// plan shows where it is (the host logs it; `core` has no clock or log of its own).
     pub progress: Option<fn(usize, usize, &str)>,
-    /// A row chain may apply a matmul's alpha to its row operand in place (docs/kernels.md "Alpha
-    /// on the row operand"). The stage planner turns it off for a stage whose row operand other
-    /// stages also read from the same bytes.
-    pub alpha_on_rows: bool,
 }
 
 impl PlanOptions {
@@ -498,7 +494,6 @@ impl PlanOptions {
             budget: None,
             costing: false,
             progress: None,
-            alpha_on_rows: true,
         }
     }
 }

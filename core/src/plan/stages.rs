@@ -241,6 +241,17 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
             })
             .collect()
     };
+    // A source another stage reads too, or the host reads back, may be given to this stage in
+    // bytes the others then read (a model input is bound where it is first read).
+    let shared = inputs
+        .iter()
+        .chain(&params)
+        .copied()
+        .filter(|t| {
+            g.outputs.contains(t)
+                || g.ops.iter().enumerate().any(|(r, o)| !ops.contains(&r) && o.kind.operands().contains(t))
+        })
+        .collect();
     Graph {
         name: g.name.clone(),
         tensors: g.tensors.clone(),
@@ -248,6 +259,7 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
         params,
         outputs,
         ops: ops.iter().map(|&i| g.ops[i].clone()).collect(),
+        shared,
     }
 }
 
@@ -294,22 +306,7 @@ pub fn plan(
                 &format!("{} ops from op {} ({})", ops.len(), ops[0], super::op_phase(g, ops[0])),
             );
         }
-        // A matmul's row operand that an op of another stage also reads is not scaled in place:
-        // the host may bind it here, and the other stage read these bytes.
-        let row_shared = ops.iter().any(|&i| match g.ops[i].kind {
-            OpKind::MatMul { a, alpha: Some(_), .. } => {
-                g.outputs.contains(&a)
-                    || g.ops.iter().enumerate().any(|(j, o)| j != i && o.kind.operands().contains(&a))
-            }
-            _ => false,
-        });
-        let stage_opts = PlanOptions {
-            grid: None,
-            profile: false,
-            progress: None,
-            alpha_on_rows: opts.alpha_on_rows && !row_shared,
-            ..opts
-        };
+        let stage_opts = PlanOptions { grid: None, profile: false, progress: None, ..opts };
         // The stage's mapping; a row-chain stage's refusal is marked as such.
         let (planned, chain_stage) = if let Some(p) = whole.take() {
             // The whole graph as one mapping (`plan::single`), planned by the caller.
@@ -442,7 +439,11 @@ pub fn plan(
         }
         merged.alpha_on_a.extend(p.alpha_on_a.iter().filter_map(|&i| ops.get(i).copied()));
     }
-    // Model outputs that are reshapes of held tensors are read where those bytes are.
+    // Model outputs that are reshapes of held tensors are read where those bytes are; a reshape
+    // of a model input or param is copied first (the host poisons outputs before a run, which
+    // would overwrite the source, and a source may be held on several tiles).
+    let mut copies: Vec<Move> = Vec::new();
+    let mut copied = Vec::new();
     for &o in &g.outputs {
         if let Some((base, view)) = views.get(&o) {
             let name = &g.tensor(o).name;
@@ -453,13 +454,37 @@ pub fn plan(
                     format!("output `{name}` is a transpose or slice view; make it an op's result (e.g. add a cast) or output the tensor it views"),
                 ));
             };
+            let slices = if g.is_source(*base) {
+                let tag = format!("y{}_", copied.len());
+                let (to, buffers) = row_major(g.tensor(o), opts.tiles, &tag);
+                copies.extend(
+                    redistribute::moves(name, slices, &to, &View::default())
+                        .map_err(|e| unsupported(producer, e))?,
+                );
+                for (t, b) in buffers {
+                    merged.tiles[t as usize].buffers.push(b);
+                }
+                copied.push(name.clone());
+                to
+            } else {
+                slices.clone()
+            };
             merged.bindings.push(BindingPlan {
                 tensor: o,
                 direction: Direction::Output,
                 transpose: false,
-                slices: slices.clone(),
+                slices,
             });
         }
+    }
+    if !copies.is_empty() {
+        let producer = g.ops.len().saturating_sub(1);
+        let step = redistribute::superstep(&copies, "yx_").map_err(|e| unsupported(producer, e))?;
+        merged.exchange_bytes += step.exchange_bytes;
+        if !step.events.is_empty() {
+            merged.horizons.push(step.horizon);
+        }
+        redistribute::append(&mut merged.tiles, step, &format!("copy {}", copied.join(" ")), "yx_");
     }
     for (tile, st) in merged.tiles.iter_mut().zip(&starts) {
         merged.cleared_bytes += liveness::finish(tile, st, super::BUFFER_BYTES);
@@ -502,4 +527,39 @@ fn rename(p: &mut Plan, tag: &str) {
             s.buffer = smol_str::format_smolstr!("{tag}{}", s.buffer);
         }
     }
+}
+
+/// A row-major copy of tensor `t` (rows of its last axis, each padded to a whole word) spread by
+/// rows over up to `tiles` tiles, in buffers named `{tag}out`: its slices and, per tile, the
+/// buffer (host-bound, so live for the whole run).
+fn row_major(
+    t: &crate::graph::Tensor,
+    tiles: usize,
+    tag: &str,
+) -> (Vec<SliceRef>, Vec<(u16, super::Buffer)>) {
+    let elt = t.dtype.size() as u64;
+    let d = *t.shape.last().unwrap_or(&1);
+    let rows: u64 = t.shape.iter().rev().skip(1).product();
+    let (row_bytes, stride) = (d * elt, (d * elt).div_ceil(4) * 4);
+    let used = (tiles as u64).min(rows).max(1);
+    let name: Sym = smol_str::format_smolstr!("{tag}out");
+    let (mut slices, mut buffers) = (Vec::new(), Vec::new());
+    for i in 0..used {
+        let (r0, r1) = super::layout::split(rows, used, i);
+        if r1 == r0 {
+            continue;
+        }
+        slices.push(SliceRef {
+            tile: i as u16,
+            buffer: name.clone(),
+            offset: 0,
+            tensor_offset: r0 * row_bytes,
+            rows: (r1 - r0) as u32,
+            row_bytes: row_bytes as u32,
+            tensor_stride: row_bytes,
+            tile_stride: stride as u32,
+        });
+        buffers.push((i as u16, super::layout::zero(&name, (r1 - r0) * stride, super::MemKind::Tensor)));
+    }
+    (slices, buffers)
 }
