@@ -156,18 +156,24 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     }
     let r0 = g.tensor(first);
     let rank = r0.shape.len();
-    if rank < 2 {
-        return unsupported(chain[0], format!("`{}` must have rank ≥ 2 (rows × columns)", r0.name));
+    if rank == 0 {
+        return unsupported(chain[0], format!("`{}` must have rank ≥ 1", r0.name));
     }
-    let batch: Vec<u64> = r0.shape[..rank - 2].to_vec();
+    // A vector is one row.
+    let lead = |s: &[u64]| -> (Vec<u64>, u64) {
+        match s.len() {
+            0 | 1 => (Vec::new(), 1),
+            r => (s[..r - 2].to_vec(), s[r - 2]),
+        }
+    };
+    let (batch, m) = lead(&r0.shape);
     let nbatch: u64 = batch.iter().product();
-    let m = r0.shape[rank - 2];
     // Row tensors in order: input, then each chain op's output.
     let mut rows_t: Vec<TensorId> = vec![first];
     rows_t.extend(chain.iter().map(|&i| g.ops[i].output));
     for (&t, op) in rows_t.iter().zip(core::iter::once(&chain[0]).chain(chain.iter())) {
         let s = &g.tensor(t).shape;
-        if s.len() != rank || s[..rank - 2] != batch[..] || s[rank - 2] != m {
+        if s.len() != rank || lead(s) != (batch.clone(), m) {
             return unsupported(
                 *op,
                 format!("`{}` must have batch {batch:?} and {m} rows like `{}`", g.tensor(t).name, r0.name),

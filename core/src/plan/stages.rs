@@ -54,11 +54,7 @@ pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
 /// bytes that are already somewhere (`redistribute::View`).
 pub(super) fn view_op(g: &Graph, op: usize) -> bool {
-    match &g.ops[op].kind {
-        OpKind::Reshape { .. } | OpKind::Slice { .. } => true,
-        OpKind::Transpose { perm, .. } => perm.last() == Some(&(perm.len() - 1)),
-        _ => false,
-    }
+    g.ops[op].kind.is_view()
 }
 
 /// For every tensor a view op makes: the tensor whose bytes it reads and how.
@@ -121,15 +117,20 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
                     })
             };
             let last = chain.iter().rev().find(|&&l| !side_cast(l));
-            // A softmax of an f16 result of f32 partial sums reads it from a stage of its own:
-            // the chain packs such a result to 16-byte rows, which the softmax kernel does not read.
-            let packed = |l: usize| {
-                matches!(g.ops[l].kind, OpKind::MatMul { accumulate: DType::F32, .. })
-                    && g.tensor(g.ops[l].output).dtype == DType::F16
-                    && matches!(g.ops[i].kind, OpKind::Softmax { .. })
+            // In a chain a matmul result feeds only a softmax, and not when it is an f16 result of
+            // f32 partial sums (packed to 16-byte rows, which the softmax kernel does not read):
+            // any other reader starts a chain of its own, reading the result as a stage input.
+            let matmul_to_other = |l: usize| match g.ops[l].kind {
+                OpKind::MatMul { accumulate, .. } => {
+                    !matches!(g.ops[i].kind, OpKind::Softmax { .. })
+                        || (accumulate == DType::F32 && g.tensor(g.ops[l].output).dtype == DType::F16)
+                }
+                _ => false,
             };
             let follows = side_cast(i)
-                || last.is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output) && !packed(l));
+                || last.is_none_or(|&l| {
+                    g.ops[i].kind.operands().contains(&g.ops[l].output) && !matmul_to_other(l)
+                });
             if !follows {
                 stages.push(core::mem::take(&mut chain));
             }
@@ -366,13 +367,24 @@ pub fn plan(
                     redistribute::moves(name, from, &b.slices, &view).map_err(|e| unsupported(ops[0], e))?,
                 );
                 moved.push(name.clone());
-            } else if views.contains_key(&b.tensor) {
-                return Err(unsupported(
-                    ops[0],
-                    format!(
-                        "`{name}` is a view of a model input that no earlier op reads; read the input itself"
-                    ),
-                ));
+            } else if let Some((base, view)) = views.get(&b.tensor) {
+                // The host writes the input itself where this stage reads its view.
+                let Some(slices) = redistribute::held_through(view, &b.slices).filter(|_| !b.transpose)
+                else {
+                    return Err(unsupported(
+                        ops[0],
+                        format!(
+                            "`{name}` is a slice of a model input that no earlier op reads; read the input itself"
+                        ),
+                    ));
+                };
+                held.insert(*base, slices.clone());
+                merged.bindings.push(BindingPlan {
+                    tensor: *base,
+                    direction: b.direction,
+                    transpose: false,
+                    slices,
+                });
             } else {
                 held.insert(b.tensor, b.slices.clone());
                 merged.bindings.push(b);
@@ -439,27 +451,31 @@ pub fn plan(
         }
         merged.alpha_on_a.extend(p.alpha_on_a.iter().filter_map(|&i| ops.get(i).copied()));
     }
-    // Model outputs that are reshapes of held tensors are read where those bytes are; a reshape
-    // of a model input or param is copied first (the host poisons outputs before a run, which
-    // would overwrite the source, and a source may be held on several tiles).
+    // Model outputs that are reshapes of held tensors are read where those bytes are; a view of a
+    // model input or param is copied first (the host poisons outputs before a run, which would
+    // overwrite the source, and a source may be held on several tiles), and so is a transpose or
+    // slice view (its bytes are not rows of the held tensor).
     let mut copies: Vec<Move> = Vec::new();
     let mut copied = Vec::new();
     for &o in &g.outputs {
         if let Some((base, view)) = views.get(&o) {
             let name = &g.tensor(o).name;
             let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
-            let Some(slices) = held.get(base).filter(|_| view.steps.is_empty()) else {
+            let Some(slices) = held.get(base) else {
                 return Err(unsupported(
                     producer,
-                    format!("output `{name}` is a transpose or slice view; make it an op's result (e.g. add a cast) or output the tensor it views"),
+                    format!(
+                        "output `{name}` is a view of `{}`, which no op reads; output it itself",
+                        g.tensor(*base).name
+                    ),
                 ));
             };
-            let slices = if g.is_source(*base) {
+            // A transpose or slice view is gathered into rows of its own; so is any view of a source.
+            let slices = if g.is_source(*base) || !view.steps.is_empty() {
                 let tag = format!("y{}_", copied.len());
                 let (to, buffers) = row_major(g.tensor(o), opts.tiles, &tag);
                 copies.extend(
-                    redistribute::moves(name, slices, &to, &View::default())
-                        .map_err(|e| unsupported(producer, e))?,
+                    redistribute::moves(name, slices, &to, view).map_err(|e| unsupported(producer, e))?,
                 );
                 for (t, b) in buffers {
                     merged.tiles[t as usize].buffers.push(b);
