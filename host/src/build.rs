@@ -112,7 +112,10 @@ fn link_error_message(
 /// The phases that take most of a tile's code (bytes shared out by their lines of code; the
 /// supervisor code is straight-line, one sequence per kernel launch and exchange event).
 fn code_by_phase(plan: &plan::Plan, tile: u16, bytes: u32) -> String {
-    let Some(t) = plan.tiles.get(tile as usize) else { return String::new() };
+    if tile as usize >= plan.tiles.len() {
+        return String::new();
+    }
+    let t = &plan.tiles[tile as usize];
     let mut parts = ipu_runtime_tile::runtime::phase_code_lines(t);
     let total: usize = parts.iter().map(|p| p.1).sum();
     if total == 0 {
@@ -306,40 +309,47 @@ pub fn build_model(
     if plan.cleared_bytes > 0 {
         info!(bytes = plan.cleared_bytes, "tiles reuse memory; reused buffers are cleared each run");
     }
+    // Code is emitted once per distinct program (tiles that share one share its code), and
+    // linked once per distinct code and buffers (all idle tiles, for one).
+    let class_of = plan.tiles.class_of();
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
-        pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())
+        let distinct = plan.tiles.distinct();
+        pool.install(|| distinct.par_iter().map(|(_, p)| ipu_runtime_tile::runtime::tile_code(p)).collect())
     });
-    // Identical tiles (all idle tiles, for one) are linked once.
     let linked: Vec<Linked> =
         phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
+            let distinct = plan.tiles.distinct();
             // Keyed by the code itself (borrowed: at SigLIP scale the codes are hundreds of MB).
             let mut first: BTreeMap<(&str, &[ipu_core::plan::Buffer]), usize> = BTreeMap::new();
             let mut unique = Vec::new();
             let mut index = Vec::with_capacity(codes.len());
-            for (t, code) in codes.iter().enumerate() {
-                let key = (code.as_str(), plan.tiles[t].buffers.as_slice());
+            for (c, code) in codes.iter().enumerate() {
+                let key = (code.as_str(), distinct[c].1.buffers.as_slice());
                 let u = *first.entry(key).or_insert_with(|| {
-                    unique.push(t);
+                    unique.push(c);
                     unique.len() - 1
                 });
                 index.push(u);
             }
-            info!(tiles = codes.len(), unique = unique.len(), "linking distinct tile programs");
+            info!(
+                tiles = class_of.len(),
+                programs = codes.len(),
+                unique = unique.len(),
+                "linking distinct tile programs"
+            );
             let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
-                unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
+                unique
+                    .par_iter()
+                    .map(|&c| link(distinct[c].0 as u16, &codes[c], &distinct[c].1.buffers))
+                    .collect()
             });
-            let mut done: Vec<Option<Linked>> =
-                done.into_iter().map(|r| r.map(Some)).collect::<Result<_, _>>()?;
-            // A unique image is moved to the last tile that uses it, copied to the others.
-            let mut last = vec![0; done.len()];
-            for (t, &u) in index.iter().enumerate() {
-                last[u] = t;
-            }
-            Ok((0..codes.len())
-                .map(|t| {
-                    let u = index[t];
-                    let mut l = if last[u] == t { done[u].take() } else { done[u].clone() }
-                        .expect("a unique image is taken only by its last tile");
+            let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
+            // Each tile gets its program's image (the segments are shared, not copied).
+            Ok(class_of
+                .iter()
+                .enumerate()
+                .map(|(t, &c)| {
+                    let mut l = done[index[c]].clone();
                     l.image.tile = t as u16;
                     l
                 })
