@@ -33,6 +33,11 @@ pub struct BuildOptions {
     pub side_cast: Option<SideCast>,
     /// Force the column groups of a row chain's final matmul; `None`: the search chooses.
     pub column_groups: Option<u32>,
+    /// Emit runs of kernel launches as supervisor loops (`ipu_runtime_tile::launch_loop`); off,
+    /// as straight-line code — the same cycles, more code (for tests that compare the two).
+    pub launch_loops: bool,
+    /// Write each distinct tile program's assembly to this directory as `tile{N}.s`.
+    pub emit_asm: Option<std::path::PathBuf>,
 }
 
 impl BuildOptions {
@@ -47,6 +52,8 @@ impl BuildOptions {
             profile: false,
             side_cast: None,
             column_groups: None,
+            launch_loops: true,
+            emit_asm: None,
         }
     }
 }
@@ -314,8 +321,21 @@ pub fn build_model(
     let class_of = plan.tiles.class_of();
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
         let distinct = plan.tiles.distinct();
-        pool.install(|| distinct.par_iter().map(|(_, p)| ipu_runtime_tile::runtime::tile_code(p)).collect())
+        let loops = opts.launch_loops;
+        pool.install(|| {
+            distinct.par_iter().map(|(_, p)| ipu_runtime_tile::runtime::tile_code_with(p, loops)).collect()
+        })
     });
+    if let Some(dir) = &opts.emit_asm {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            for ((t, _), code) in plan.tiles.distinct().iter().zip(&codes) {
+                std::fs::write(dir.join(format!("tile{t}.s")), code)?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| BuildError::Options(format!("--emit-asm {}: {e}", dir.display())))?;
+    }
     let linked: Vec<Linked> =
         phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
             let distinct = plan.tiles.distinct();

@@ -291,9 +291,12 @@ impl From<alloc::string::String> for Desc {
 }
 
 impl core::fmt::Display for Desc {
-    /// As the assembler reads it: `table+offset`.
+    /// As the assembler reads it: `table+offset` (`table` at offset 0).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}+{}", self.table, self.offset)
+        match self.offset {
+            0 => write!(f, "{}", self.table),
+            o => write!(f, "{}+{o}", self.table),
+        }
     }
 }
 
