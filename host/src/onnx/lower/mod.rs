@@ -83,11 +83,9 @@ pub struct Lower<'a, 'b> {
     /// constant can be allocated at the same address while the map lives.
     params_of: BTreeMap<(usize, bool), (std::rc::Weak<Const>, String)>,
     scales: Vec<(String, i8)>,
-    /// Matmuls emitted, by output tensor: op index, alpha, and whether the ONNX value has one
-    /// reader (then a scaling applied after it folds into its `alpha`).
-    matmuls: BTreeMap<String, (usize, f64, bool)>,
-    /// Scalings folded into a matmul's alpha after it was written, by tensor.
-    folded: BTreeMap<String, f64>,
+    /// Matmuls emitted, by output tensor: op index and alpha (a scaling read after the matmul
+    /// was written may fold into it, [`Lower::fold_into_matmul`]).
+    matmuls: BTreeMap<String, (usize, f64)>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
     /// Written-out LayerNorms, by output tensor: op index, and whether a gamma and a beta were
@@ -141,7 +139,6 @@ impl<'a, 'b> Lower<'a, 'b> {
             params_of: BTreeMap::new(),
             scales: Vec::new(),
             matmuls: BTreeMap::new(),
-            folded: BTreeMap::new(),
             uses: BTreeMap::new(),
             no_fold: false,
             fp8_casts: BTreeMap::new(),
@@ -255,7 +252,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             return Ok(t.clone());
         }
         let t = self.write_composition(r, at)?;
-        self.written.insert(key, t.clone());
+        // The tensor itself (the identity, or a scaling folded into the matmul that wrote it)
+        // is not remembered: after a fold, the same composition of it means another value.
+        if t != r.t {
+            self.written.insert(key, t.clone());
+        }
         Ok(t)
     }
 
@@ -296,19 +297,35 @@ impl<'a, 'b> Lower<'a, 'b> {
         }
     }
 
-    /// Scale the matmul that wrote `t` by `a` if nothing else reads its result unscaled (softmax
-    /// must read a matmul's output, so `softmax(q·kᵀ × c)` needs the `c` in `alpha`).
+    /// Scale the matmul that wrote `t` by `a` (softmax must read a matmul's output, so
+    /// `softmax(q·kᵀ × c)` needs the `c` in `alpha`), when that changes no other reader of `t`:
+    /// no op written so far reads `t`, and every value held as `t` is `a·t`. Those values are
+    /// then `t` itself, so later readers (a second scaling, a composition) see the scaled
+    /// tensor. The check is on values, not on the node graph: a view that keeps the tensor
+    /// (`Identity`, a reshape of leading unit axes) and a second reader of the scaling hold `t`
+    /// as well.
     fn fold_into_matmul(&mut self, t: &str, a: f64) -> bool {
-        let Some(&(op, alpha, single)) = self.matmuls.get(t) else { return false };
-        match self.folded.get(t) {
-            Some(prev) => *prev == a,
-            None if single => {
-                self.emit.set_number(op, "alpha", alpha * a);
-                self.folded.insert(t.to_string(), a);
-                true
-            }
-            None => false,
+        let Some(&(op, alpha)) = self.matmuls.get(t) else { return false };
+        let holders: Vec<String> = self
+            .vals
+            .iter()
+            .filter(|(_, v)| matches!(v, Val::R(r) if r.t == t))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let all_scaled = holders
+            .iter()
+            .all(|name| matches!(&self.vals[name], Val::R(r) if r.e.form() == Form::Affine(a, 0.0)));
+        if !all_scaled || self.emit.reads(t) {
+            return false;
         }
+        self.emit.set_number(op, "alpha", alpha * a);
+        self.matmuls.insert(t.to_string(), (op, alpha * a));
+        for name in holders {
+            if let Some(Val::R(r)) = self.vals.get_mut(&name) {
+                r.e = Rc::new(Expr::X);
+            }
+        }
+        true
     }
 
     /// A runtime operand of a matmul: the tensor and the scalar factor that goes into `alpha`.
@@ -595,7 +612,7 @@ fn dim_text(dims: &[crate::onnx::proto::Dimension]) -> Vec<String> {
 }
 
 /// The value of a `Constant` node.
-fn constant(a: &Attrs, ext: &mut External) -> Result<Const, String> {
+pub(crate) fn constant(a: &Attrs, ext: &mut External) -> Result<Const, String> {
     if let Some(t) = a.tensor("value") {
         return crate::onnx::consts::decode(t, ext);
     }
