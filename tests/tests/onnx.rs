@@ -90,6 +90,155 @@ fn build_and_compare(
     (cos, line)
 }
 
+/// Import and evaluate with the host reference in device precision (what the simulator computes
+/// bit for bit, so no build or run is needed): for each output of `refs`, its cosine and its
+/// largest |error| over the largest |reference|.
+fn reference_compare(
+    model: &Path,
+    weights: Weights,
+    inputs: &BTreeMap<String, PathBuf>,
+    refs: &BTreeMap<String, PathBuf>,
+) -> BTreeMap<String, (f64, f64)> {
+    let mut io = ImportOptions::new();
+    io.weights = weights;
+    if weights == Weights::Fp8 {
+        io.activation_ranges = ipu_host::onnx::calibrate::ranges(model, &io, &BTreeMap::new(), u64::MAX)
+            .expect("calibration")
+            .expect("a run for any size");
+    }
+    let imp = import(model, &io).unwrap_or_else(|e| panic!("import: {e}"));
+    let g = ipu_host::model::parse("imported", &imp.toml).expect("parses");
+    let mut vals = ipu_host::params::from_values(&g, imp.params).expect("params");
+    for (name, file) in inputs {
+        vals.insert(name.clone(), ipu_host::npy::read(file).expect("input"));
+    }
+    let ev = ipu_host::reference::evaluate(&g, &vals, &[], &[]).expect("evaluates");
+    refs.iter()
+        .map(|(name, file)| {
+            let want = ipu_host::npy::read(file).expect("reference");
+            let got = &ev.device[name];
+            assert_eq!(got.shape, want.shape, "{name}: the output keeps the ONNX shape");
+            let top = want.data.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
+            let err = got.data.iter().zip(&want.data).fold(0f64, |m, (g, w)| m.max((g - w).abs() as f64));
+            (name.clone(), (cosine(&got.data, &want.data), err / top))
+        })
+        .collect()
+}
+
+/// A model to check: its name, file, inputs and reference outputs (name → `.npy`).
+type Fixture = (String, PathBuf, BTreeMap<String, PathBuf>, BTreeMap<String, PathBuf>);
+
+/// The committed SigLIP fixtures.
+fn siglip_fixtures() -> Vec<Fixture> {
+    [("siglip_tiny", "dynamo.onnx"), ("siglip_tiny", "legacy.onnx"), ("siglip_tiny_sdpa", "dynamo.onnx")]
+        .iter()
+        .map(|(fixture, file)| {
+            let dir = repo().join("tests/data/onnx").join(fixture);
+            let inputs = BTreeMap::from([("pixel_values".to_string(), dir.join("pixel_values.npy"))]);
+            let refs = ["last_hidden_state", "pooler_output"]
+                .iter()
+                .map(|o| (o.to_string(), dir.join(format!("ref.{o}.npy"))))
+                .collect();
+            (format!("{fixture}/{file}"), dir.join(file), inputs, refs)
+        })
+        .collect()
+}
+
+#[test]
+fn imported_models_evaluated_in_device_precision_match_torch_and_onnxruntime() {
+    // The values of each import, without a build: the simulator tests below run the same models
+    // and must match this evaluation bit for bit. A floor on the largest error as well as the
+    // cosine: a wrong scale keeps the cosine of a softmax or a tanh near 1.
+    for (name, model, inputs, refs) in siglip_fixtures() {
+        for (weights, floor, worst) in [(Weights::F16, 0.99999, 4e-3), (Weights::Fp8, 0.995, 0.1)] {
+            for (output, (cos, err)) in reference_compare(&model, weights, &inputs, &refs) {
+                eprintln!("{name} {weights:?} {output}: cosine {cos:.7} error {err:.2e}");
+                assert!(
+                    cos >= floor && err <= worst,
+                    "{name} {weights:?} {output}: cosine {cos}, error {err:.3e}"
+                );
+            }
+        }
+    }
+    if !python_onnx() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_small_models(dir.path());
+    for (stem, model, inputs, refs) in small_models(dir.path()) {
+        // Which op each pattern became (the erf GeLU of `mlp`, the tanh GeLU of `gelu`, the
+        // score scale 1/√12 of `attention`, Gemm's alpha 0.5, …).
+        let toml = import(&model, &ImportOptions::new()).expect("imports").toml;
+        assert_eq!(op_kinds(&toml), kinds(small_model_ops(&stem)), "{stem}");
+        if stem == "layernorm" {
+            // The written-out LayerNorm is one op with its affine folded in: no mul/add left.
+            let ops: Vec<&str> =
+                toml.lines().filter(|l| l.starts_with("op = ") && !l.contains("reshape")).collect();
+            assert_eq!(
+                ops,
+                ["op = \"cast\"", "op = \"layernorm\"", "op = \"matmul\"", "op = \"add\"", "op = \"cast\""],
+                "{toml}"
+            );
+            assert!(toml.contains("gamma = ") && toml.contains("beta = "), "{toml}");
+        }
+        if stem == "patch_crop" || stem == "select" {
+            // Crops and boxes are slices read where the bytes are: one matmul per projection.
+            let matmuls = toml.matches("op = \"matmul\"").count();
+            assert!(
+                toml.contains("op = \"slice\"") && matmuls == if stem == "select" { 3 } else { 1 },
+                "{toml}"
+            );
+        }
+        if stem == "unfamiliar" {
+            // Compositions no fused kernel computes are written step by step, each function an op.
+            for f in ["sigmoid", "tanh", "reciprocal", "sqrt", "exp", "abs", "erf", "log", "pow"] {
+                assert!(toml.contains(&format!("op = \"{f}\"")), "{f} missing:\n{toml}");
+            }
+        }
+        for (output, (cos, err)) in reference_compare(&model, Weights::F16, &inputs, &refs) {
+            eprintln!("{stem} {output}: cosine {cos:.7} error {err:.2e}");
+            assert!(cos >= 0.99999 && err <= 4e-3, "{stem} {output}: cosine {cos}, error {err:.3e}");
+        }
+    }
+}
+
+/// Run `scripts/onnx_models.py` into `dir`.
+fn write_small_models(dir: &Path) {
+    let o = Command::new("python3")
+        .arg(repo().join("scripts/onnx_models.py"))
+        .arg(dir)
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The models `scripts/onnx_models.py` wrote to `dir`.
+fn small_models(dir: &Path) -> Vec<Fixture> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let models: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
+    assert_eq!(models.len(), 10, "{files:?}");
+    models
+        .into_iter()
+        .map(|model| {
+            let stem = model.file_stem().unwrap().to_string_lossy().to_string();
+            let pick = |kind: &str| -> BTreeMap<String, PathBuf> {
+                files
+                    .iter()
+                    .filter_map(|p| {
+                        let n = p.file_name()?.to_str()?;
+                        let rest = n.strip_prefix(&format!("{stem}.{kind}."))?.strip_suffix(".npy")?;
+                        Some((rest.to_string(), p.clone()))
+                    })
+                    .collect()
+            };
+            let (inputs, refs) = (pick("in"), pick("ref"));
+            assert!(!inputs.is_empty() && !refs.is_empty(), "{stem}");
+            (stem, model.clone(), inputs, refs)
+        })
+        .collect()
+}
+
 #[test]
 fn tiny_siglip_from_both_torch_exporters_matches_torch_in_f16_and_fp8_weights() {
     // Eager attention from both exporters, and transformers' default SDPA attention (its √scale
@@ -198,67 +347,16 @@ fn small_model_ops(stem: &str) -> &'static [(&'static str, usize)] {
 
 #[test]
 fn small_models_in_torch_forms_match_onnxruntime() {
+    // Built and run on the simulator (bit-exact against the device-precision reference), against
+    // onnxruntime; the op kinds are checked without a build in
+    // `imported_models_evaluated_in_device_precision_match_torch_and_onnxruntime`.
     if !python_onnx() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new("python3")
-        .arg(repo().join("scripts/onnx_models.py"))
-        .arg(dir.path())
-        .output()
-        .expect("python3");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let models: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|e| e == "onnx")).collect();
-    assert_eq!(models.len(), 10, "{files:?}");
-    for model in models {
-        let stem = model.file_stem().unwrap().to_string_lossy().to_string();
-        let pick = |kind: &str| -> BTreeMap<String, PathBuf> {
-            files
-                .iter()
-                .filter_map(|p| {
-                    let n = p.file_name()?.to_str()?;
-                    let rest = n.strip_prefix(&format!("{stem}.{kind}."))?.strip_suffix(".npy")?;
-                    Some((rest.to_string(), p.clone()))
-                })
-                .collect()
-        };
-        // Which op each pattern became (the erf GeLU of `mlp`, the tanh GeLU of `gelu`, the
-        // score scale 1/√12 of `attention`, Gemm's alpha 0.5, …).
-        let toml = import(model, &ImportOptions::new()).expect("imports").toml;
-        assert_eq!(op_kinds(&toml), kinds(small_model_ops(&stem)), "{stem}");
-        if stem == "layernorm" {
-            // The written-out LayerNorm is one op with its affine folded in: no mul/add left.
-            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
-            let ops: Vec<&str> =
-                toml.lines().filter(|l| l.starts_with("op = ") && !l.contains("reshape")).collect();
-            assert_eq!(
-                ops,
-                ["op = \"cast\"", "op = \"layernorm\"", "op = \"matmul\"", "op = \"add\"", "op = \"cast\""],
-                "{toml}"
-            );
-            assert!(toml.contains("gamma = ") && toml.contains("beta = "), "{toml}");
-        }
-        if stem == "patch_crop" || stem == "select" {
-            // Crops and boxes are slices read where the bytes are: one matmul per projection.
-            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
-            let matmuls = toml.matches("op = \"matmul\"").count();
-            assert!(
-                toml.contains("op = \"slice\"") && matmuls == if stem == "select" { 3 } else { 1 },
-                "{toml}"
-            );
-        }
-        if stem == "unfamiliar" {
-            // Compositions no fused kernel computes are written step by step, each function an op.
-            let toml = import(model, &ImportOptions::new()).expect("imports").toml;
-            for f in ["sigmoid", "tanh", "reciprocal", "sqrt", "exp", "abs", "erf", "log", "pow"] {
-                assert!(toml.contains(&format!("op = \"{f}\"")), "{f} missing:\n{toml}");
-            }
-        }
-        let (inputs, refs) = (pick("in"), pick("ref"));
-        assert!(!inputs.is_empty() && !refs.is_empty(), "{stem}");
-        let (cos, line) = build_and_compare(model, Weights::F16, 64, inputs, &refs);
+    write_small_models(dir.path());
+    for (stem, model, inputs, refs) in small_models(dir.path()) {
+        let (cos, line) = build_and_compare(&model, Weights::F16, 64, inputs, &refs);
         eprintln!("{line}");
         for (name, c) in cos {
             assert!(c >= 0.9999, "{stem}: {name} cosine {c}");
