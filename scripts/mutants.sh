@@ -19,10 +19,14 @@ cd "$(dirname "$0")/.."
 out=${1:-target/mutants-onnx}
 shift || true
 command -v cargo-mutants >/dev/null || { echo "cargo install cargo-mutants" >&2; exit 2; }
+# `--baseline skip`: cargo-mutants 27 runs the baseline with the mutated package's tests
+# (ipu-host), not `--test-package`'s; the tests are known to pass (CI), and `--timeout` is set.
+# `--cargo-arg=--test=onnx` builds and runs only the importer's test binary of ipu-tests.
 exec nice -n 10 cargo mutants \
   --package ipu-host --file 'host/src/onnx/**' \
-  --test-package ipu-tests \
-  --jobs 1 --timeout 120 \
+  --test-package ipu-tests --cargo-arg=--test=onnx \
+  --baseline skip --timeout 120 --copy-target true \
+  --jobs 1 \
   --output "$out" \
   "$@" \
-  -- --test onnx -- --skip tiny_siglip_from_both_torch_exporters --skip small_models_in_torch_forms
+  -- -- --skip tiny_siglip_from_both_torch_exporters --skip small_models_in_torch_forms

@@ -107,6 +107,24 @@ def ln_keepdims0(g):
     return [tensor("x", [1, 16, 16])], {"y": ln_written(g, "x", keepdims=0)}
 
 
+def ln_eps_rank4(g):
+    # An eps of shape [1, 1, 1, 1] broadcasts the rank-3 result to rank 4.
+    x = "x"
+    ax = g.const(np.array([-1], np.int64))
+    d = g.op("Sub", [x, g.op("ReduceMean", [x, ax])])
+    v = g.op("ReduceMean", [g.op("Pow", [d, scalar(g, 2.0)]), ax])
+    eps = g.const(np.full([1, 1, 1, 1], 1e-5, np.float32))
+    return [tensor(x, X)], {"y": g.op("Div", [d, g.op("Sqrt", [g.op("Add", [v, eps])])])}
+
+
+def ln_affine_alias(g):
+    # The LayerNorm's value read through Identity by its affine, and directly as an output: the
+    # affine must not be folded into the op the other reader reads.
+    v = ln_written(g, "x")
+    y = g.op("Add", [g.op("Mul", [g.op("Identity", [v]), g.w([16], 0.3, "g")]), g.w([16], 0.3, "beta")])
+    return [tensor("x", X)], {"y": y, "z": v}
+
+
 def gelu_case(form, **kw):
     def case(g):
         h = g.linear("x", 16, 24)
@@ -187,6 +205,8 @@ CASES = {
     "patch_valid": patch_case(31, auto_pad="VALID"),
     "patch_same_whole": patch_case(28, auto_pad="SAME_UPPER"),
     "patch_same_padded": patch_case(31, auto_pad="SAME_UPPER"),
+    "ln_eps_rank4": ln_eps_rank4,
+    "ln_affine_alias": ln_affine_alias,
 }
 
 

@@ -141,7 +141,9 @@ impl Lower<'_, '_> {
             }
         }
         let eps = match self.get(eps, at)? {
-            Val::C(c) => c.scalar().ok_or(format!("{at}: eps is not a scalar"))?,
+            // More axes than x would broadcast the result to another rank.
+            Val::C(c) if c.shape.len() <= rank => c.scalar().ok_or(format!("{at}: eps is not a scalar"))?,
+            Val::C(_) => return Err(format!("{at}: eps has more axes than the normalised tensor")),
             Val::R(_) => return Err(format!("{at}: eps is computed on the chip")),
         };
         let t = self.tensor(&r, at)?;
@@ -161,7 +163,8 @@ impl Lower<'_, '_> {
     }
 
     /// `Mul` by a per-column constant (gamma), then `Add` of one (beta), after a written-out
-    /// LayerNorm whose result nothing else reads: folded into the `layernorm` op's `gamma` and
+    /// LayerNorm whose result nothing else reads (no other ONNX reader, no op, no other value
+    /// holding the tensor): folded into the `layernorm` op's `gamma` and
     /// `beta` (two row stages fewer per LayerNorm). Returns whether the node was taken.
     pub(super) fn fuse_affine(&mut self, node: &NodeProto, ins: &[Option<Val>]) -> bool {
         let (r, c, input) = match ins {
@@ -174,7 +177,18 @@ impl Lower<'_, '_> {
         let per_column = c.len() as u64 == d && c.shape.last() == Some(&d) && c.shape.len() <= r.shape.len();
         let gamma = node.op_type == "Mul";
         let free = if gamma { !has_gamma && !has_beta } else { !has_beta };
-        if *r.e != Expr::X || !per_column || !free || self.uses_total.get(input) != Some(&1) {
+        // Nothing else may see the LayerNorm's output change: this node is the only reader of
+        // its input, no op written so far reads the tensor, and no other live value holds it
+        // (an `Identity` or a view that keeps the tensor would).
+        let others_hold =
+            self.vals.iter().any(|(name, v)| name != input && matches!(v, Val::R(o) if o.t == r.t));
+        if *r.e != Expr::X
+            || !per_column
+            || !free
+            || self.uses_total.get(input) != Some(&1)
+            || others_hold
+            || self.emit.reads(&r.t)
+        {
             return false;
         }
         let field = if gamma { "gamma" } else { "beta" };
