@@ -800,6 +800,40 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
 }
 
 #[test]
+fn dropout_is_taken_as_the_identity_only_in_inference_mode() {
+    // Dropout(x, ratio, training_mode): random when training_mode is true.
+    let model = |training: bool| {
+        let scalar = |name: &str, t: i32, f: Vec<f32>, b: Vec<i32>| proto::TensorProto {
+            data_type: t,
+            name: name.into(),
+            float_data: f,
+            int32_data: b,
+            ..Default::default()
+        };
+        let node = proto::NodeProto {
+            input: vec!["x".into(), "ratio".into(), "training".into()],
+            output: vec!["y".into()],
+            name: "drop".into(),
+            op_type: "Dropout".into(),
+            ..Default::default()
+        };
+        let init = vec![
+            scalar("ratio", proto::data_type::FLOAT, vec![0.5], vec![]),
+            scalar("training", proto::data_type::BOOL, vec![], vec![training as i32]),
+        ];
+        let value = |name: &str| proto::ValueInfoProto::float_tensor(name, &[2, 8]);
+        let mut m = model_of(node, vec![], value("x"), value("y"));
+        m.graph.as_mut().unwrap().initializer = init;
+        m.encode_to_vec()
+    };
+    let opts = ImportOptions::new();
+    let toml = import_bytes(&model(false), &opts).expect("inference mode");
+    assert_eq!(op_kinds(&toml), kinds(&[("cast f16", 1), ("cast f32", 1)]), "{toml}");
+    let err = import_bytes(&model(true), &opts).unwrap_err();
+    assert!(err.contains("node `drop`") && err.contains("training mode"), "{err}");
+}
+
+#[test]
 fn protobuf_bombs_are_refused_before_anything_large_is_allocated() {
     let opts = ImportOptions::new();
     // ir_version 9, then the graph field (7, length-delimited) claiming 2^62 bytes.

@@ -88,9 +88,10 @@ pub fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
                 "Add" => p.wrapping_add(q),
                 "Sub" => p.wrapping_sub(q),
                 "Mul" => p.wrapping_mul(q),
-                "Div" | "Mod" if q == 0 => return Err(format!("{op} by zero")),
+                "Div" | "Mod" | "Fmod" if q == 0 => return Err(format!("{op} by zero")),
                 "Div" => p.wrapping_div(q),
                 "Mod" => p.wrapping_rem(q).wrapping_add(q).wrapping_rem(q),
+                "Fmod" => p.wrapping_rem(q),
                 "Equal" => (p == q) as i64,
                 "Less" => (p < q) as i64,
                 "Greater" => (p > q) as i64,
@@ -113,7 +114,8 @@ pub fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
             "Mul" => p * q,
             "Div" => p / q,
             "Pow" => p.powf(q),
-            "Mod" => p % q,
+            // ONNX requires `fmod = 1` for floats: the remainder of truncated division.
+            "Mod" | "Fmod" => p % q,
             "Max" => p.max(q),
             "Min" => p.min(q),
             "Equal" => (p == q) as i64 as f32,
@@ -332,7 +334,12 @@ pub fn matmul(a: &Const, b: &Const) -> Result<Const, String> {
 /// `Cast` to an ONNX data type.
 pub fn cast(a: &Const, to: i64) -> Result<Const, String> {
     Ok(match to as i32 {
-        data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE => Const::f(a.shape.clone(), a.as_f32()),
+        data_type::FLOAT | data_type::DOUBLE => Const::f(a.shape.clone(), a.as_f32()),
+        // Rounded to the nearest f16 (kept as f32, as every float constant).
+        data_type::FLOAT16 => Const::f(
+            a.shape.clone(),
+            a.as_f32().into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect(),
+        ),
         data_type::BOOL => Const::i(a.shape.clone(), a.as_f64().iter().map(|x| (*x != 0.0) as i64).collect()),
         data_type::INT64 | data_type::INT32 | data_type::INT8 | data_type::UINT8 => match &a.data {
             Data::I(_) => a.clone(),
@@ -340,4 +347,30 @@ pub fn cast(a: &Const, to: i64) -> Result<Const, String> {
         },
         other => return Err(format!("Cast to {} is not folded", data_type::name(other))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(shape: &[u64], v: &[i64]) -> Const {
+        Const::i(shape.to_vec(), v.to_vec())
+    }
+
+    #[test]
+    fn mod_takes_the_divisor_sign_and_fmod_the_dividend_sign() {
+        let (a, b) = (ints(&[4], &[7, -7, 7, -7]), ints(&[4], &[3, 3, -3, -3]));
+        assert_eq!(binary("Mod", &a, &b).unwrap(), ints(&[4], &[1, 2, -2, -1]));
+        assert_eq!(binary("Fmod", &a, &b).unwrap(), ints(&[4], &[1, -1, 1, -1]));
+        let f = |v: &[f32]| Const::f(vec![v.len() as u64], v.to_vec());
+        assert_eq!(binary("Fmod", &f(&[7.5, -7.5]), &f(&[2.0, 2.0])).unwrap(), f(&[1.5, -1.5]));
+        assert!(binary("Fmod", &a, &ints(&[1], &[0])).is_err());
+    }
+
+    #[test]
+    fn a_cast_to_float16_rounds_to_f16() {
+        let c = Const::f(vec![2], vec![1.0 + 1e-4, 2.000_000_2]);
+        assert_eq!(cast(&c, data_type::FLOAT16 as i64).unwrap(), Const::f(vec![2], vec![1.0, 2.0]));
+        assert_eq!(cast(&c, data_type::FLOAT as i64).unwrap(), c);
+    }
 }

@@ -480,6 +480,17 @@ impl<'a, 'b> Lower<'a, 'b> {
         let consts: Vec<Option<Rc<Const>>> =
             ins.iter().map(|v| if let Some(Val::C(c)) = v { Some(c.clone()) } else { None }).collect();
         let all_const = ins.iter().all(|v| !matches!(v, Some(Val::R(_))));
+        // Dropout is the identity in inference only: `training_mode` (input 2) must be false.
+        if node.op_type == "Dropout" {
+            let training = match ins.get(2) {
+                None | Some(None) => false,
+                Some(Some(Val::C(c))) => c.as_f64().iter().any(|v| *v != 0.0),
+                Some(Some(Val::R(_))) => true,
+            };
+            if training {
+                return Err(format!("{at}: Dropout in training mode (random) is not supported"));
+            }
+        }
         if node.op_type == "Shape" {
             let shape = match &ins.first() {
                 Some(Some(Val::R(r))) => r.shape.clone(),
