@@ -4,6 +4,7 @@
 # mutant that no test notices ("missed") is a change of the code that no test can see.
 #
 #   scripts/mutants.sh [OUT_DIR] [extra cargo-mutants args, e.g. --re 'patterns.rs' or --iterate]
+#   FILES='host/src/onnx/lower/**' scripts/mutants.sh ...   (a part of the importer; default all)
 #
 # OUT_DIR/mutants.out (default OUT_DIR: target/mutants-onnx) receives cargo-mutants' report:
 # outcomes.json, caught.txt, missed.txt, timeout.txt, unviable.txt, and a log per mutant. Slow (about 20 s per mutant on 2 cores, 1,100+ mutants:
@@ -23,7 +24,7 @@ command -v cargo-mutants >/dev/null || { echo "cargo install cargo-mutants" >&2;
 # (ipu-host), not `--test-package`'s; the tests are known to pass (CI), and `--timeout` is set.
 # `--cargo-arg=--test=onnx` builds and runs only the importer's test binary of ipu-tests.
 exec nice -n 10 cargo mutants \
-  --package ipu-host --file 'host/src/onnx/**' \
+  --package ipu-host --file "${FILES:-host/src/onnx/**}" \
   --test-package ipu-tests --cargo-arg=--test=onnx \
   --baseline skip --timeout 120 --copy-target true \
   --jobs 1 \

@@ -128,6 +128,40 @@ fn reference_compare(
 /// A model to check: its name, file, inputs and reference outputs (name → `.npy`).
 type Fixture = (String, PathBuf, BTreeMap<String, PathBuf>, BTreeMap<String, PathBuf>);
 
+#[test]
+fn fp8_activation_scales_fit_twice_the_calibrated_range() {
+    // Each activation cast before an FP8 matmul gets the smallest power-of-two scale that puts
+    // twice the activation's largest magnitude in the calibration run inside E4M3's largest value
+    // (240: the device's format has no infinities and one NaN). The
+    // ranges are measured here on the f16 import, independently of `calibrate.rs`.
+    let (_, model, inputs, _) = siglip_fixtures().remove(0);
+    let f16 = import(&model, &ImportOptions::new()).expect("imports");
+    let g = ipu_host::model::parse("f16", &f16.toml).expect("parses");
+    let mut vals = ipu_host::params::from_values(&g, f16.params).expect("params");
+    for (name, file) in &inputs {
+        vals.insert(name.clone(), ipu_host::npy::read(file).expect("input"));
+    }
+    let ev = ipu_host::reference::evaluate(&g, &vals, &[], &[]).expect("evaluates");
+    let mut io = ImportOptions { weights: Weights::Fp8, ..ImportOptions::new() };
+    io.activation_ranges = ipu_host::onnx::calibrate::ranges(&model, &io, &inputs, 0)
+        .expect("calibration")
+        .expect("given inputs");
+    let fp8 = import(&model, &io).expect("imports");
+    let mut casts = 0;
+    for op in op_fields(&fp8.toml) {
+        if op["op"] != "cast" || op["dtype"] != "f8e4m3" {
+            continue;
+        }
+        let range = ev.device[op["input"]].data.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+        let max = ipu_core::fp8::Fp8Format::E4M3.max_value() as f64;
+        let want = (2.0 * range / max).log2().ceil() as i64;
+        assert_eq!(op["scale"].parse::<i64>().unwrap(), want, "cast of `{}` (range {range})", op["input"]);
+        casts += 1;
+    }
+    // The patch embedding, per layer Q/K/V (one cast), O, MLP in and out, and the head's K/V, O and MLP.
+    assert_eq!(casts, 13, "{}", fp8.toml);
+}
+
 /// The committed SigLIP fixtures.
 fn siglip_fixtures() -> Vec<Fixture> {
     [("siglip_tiny", "dynamo.onnx"), ("siglip_tiny", "legacy.onnx"), ("siglip_tiny_sdpa", "dynamo.onnx")]
@@ -364,19 +398,28 @@ fn small_models_in_torch_forms_match_onnxruntime() {
     }
 }
 
+/// The fields of each `[[ops]]` entry of a model text, as written (strings unquoted).
+fn op_fields(toml: &str) -> Vec<BTreeMap<&str, &str>> {
+    toml.split("[[ops]]")
+        .skip(1)
+        .map(|block| {
+            block
+                .lines()
+                .map_while(|l| if l.starts_with('[') { None } else { Some(l) })
+                .filter_map(|l| l.split_once(" = "))
+                .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+                .collect()
+        })
+        .collect()
+}
+
 /// Each op of an imported model as its kind and the fields that decide its values: gelu's
 /// `approximate`, layernorm's `eps` and whether it has a `gamma` and a `beta`, matmul's `alpha`
 /// and transposes, a power's `exponent`, a cast's `dtype` and `scale` (numbers as the f32 they
 /// were in the file); counted.
 fn op_kinds(toml: &str) -> BTreeMap<String, usize> {
     let mut kinds = BTreeMap::new();
-    for block in toml.split("[[ops]]").skip(1) {
-        let fields: BTreeMap<&str, &str> = block
-            .lines()
-            .map_while(|l| if l.starts_with('[') { None } else { Some(l) })
-            .filter_map(|l| l.split_once(" = "))
-            .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
-            .collect();
+    for fields in op_fields(toml) {
         let mut kind = fields["op"].to_string();
         for key in ["approximate", "eps", "alpha", "transpose_a", "transpose_b", "exponent", "scale"] {
             if let Some(v) = fields.get(key) {
@@ -775,6 +818,21 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
     for part in ["node `the_node`", "Sin", "opset 18", "supported ops", "MatMul"] {
         assert!(err.contains(part), "{err}");
     }
+    // The default opset is found under either of its names, after other domains.
+    let mut m = proto::ModelProto::decode(one_node("Sin", vec![dim(2), dim(8)]).as_slice()).unwrap();
+    m.opset_import = vec![
+        proto::OperatorSetIdProto { domain: "com.microsoft".into(), version: 1 },
+        proto::OperatorSetIdProto { domain: "ai.onnx".into(), version: 17 },
+    ];
+    let err = import_bytes(&m.encode_to_vec(), &opts).unwrap_err();
+    assert!(err.contains("Sin, opset 17"), "{err}");
+    m.opset_import.remove(1);
+    let err = import_bytes(&m.encode_to_vec(), &opts).unwrap_err();
+    assert!(err.contains("imports no version of the default ONNX opset"), "{err}");
+    // Told from a model text by the first byte.
+    assert!(ipu_host::onnx::looks_like_onnx(&one_node("Identity", vec![dim(2)])));
+    assert!(!ipu_host::onnx::looks_like_onnx(b"name = \"m\"\n"));
+    assert!(!ipu_host::onnx::looks_like_onnx(b""));
     // A symbolic batch size: refused with the flag that fixes it; then accepted with it.
     let sym = vec![proto::Dimension { dim_value: None, dim_param: Some("batch".into()) }, dim(8)];
     let err = import_bytes(&one_node("Relu", sym.clone()), &opts).unwrap_err();
