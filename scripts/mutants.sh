@@ -12,7 +12,8 @@
 # scripts/onnx_models.py, python3 with numpy, onnx and onnxruntime (else those checks are skipped
 # and more mutants are missed).
 #
-# The tests: tests/tests/onnx.rs without its two simulator runs (they build and simulate each
+# The tests: the unit tests of ipu-host (`--lib`: the importer's folding and composition tests,
+# 0.1 s) and tests/tests/onnx.rs without its two simulator runs (they build and simulate each
 # model, ~30 s; the device-precision evaluation `imported_models_evaluated_in_device_precision_…`
 # computes the same values the simulator must match bit for bit, in a few seconds).
 set -euo pipefail
@@ -22,11 +23,11 @@ shift || true
 command -v cargo-mutants >/dev/null || { echo "cargo install cargo-mutants" >&2; exit 2; }
 # `--baseline skip`: cargo-mutants 27 runs the baseline with the mutated package's tests
 # (ipu-host), not `--test-package`'s; the tests are known to pass (CI), and `--timeout` is set.
-# `--cargo-arg=--test=onnx` builds and runs only the importer's test binary of ipu-tests.
+# `--cargo-arg=--test=onnx --cargo-arg=--lib`: only those two test binaries are built and run.
 exec nice -n 10 cargo mutants \
   --package ipu-host --file "${FILES:-host/src/onnx/**}" \
-  --test-package ipu-tests --cargo-arg=--test=onnx \
-  --baseline skip --timeout 120 --copy-target true \
+  --test-package ipu-host,ipu-tests --cargo-arg=--test=onnx --cargo-arg=--lib \
+  --baseline skip --timeout 120 \
   --jobs 1 \
   --output "$out" \
   "$@" \
