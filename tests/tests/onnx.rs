@@ -10,9 +10,17 @@
 //!   computes — SiLU, softplus, x^1.5, a division by a computed tensor — written step by step,
 //!   and a Slice and a Gather of computed tensors),
 //!   against onnxruntime;
+//! - the patterns the importer fuses (`scripts/onnx_pattern_cases.py`, committed in
+//!   `tests/data/onnx/patterns/` with onnxruntime's outputs), each in its exact form and with a
+//!   constant or attribute changed: which ops each imports to, and its values;
+//! - which ops every model imports to (kinds with the fields that decide values: gelu's
+//!   `approximate`, layernorm's `eps`, matmul's `alpha`, …), since a cosine floor cannot tell
+//!   the two GeLUs apart;
 //! - refusals of what the importer does not take, each naming the node, op and opset.
 //!
-//! Every run must also pass the bit-exact device-precision verdict. Python (onnx, onnxruntime)
+//! The imports are also evaluated by the host reference in device precision without a build (what
+//! the simulator must match bit for bit), so that `scripts/mutants.sh` can run these checks in
+//! seconds per mutant. Every simulated run must also pass the bit-exact device-precision verdict. Python (onnx, onnxruntime)
 //! is skipped with a message when absent, unless `IPU_CODEGEN_REQUIRE_TOOLS=1` (`.ci/run`).
 
 mod common;
