@@ -95,6 +95,12 @@ def ln_cast(g):
     return [tensor("x", X)], {"y": ln_written(g, "x", exponent=two, source="node")}
 
 
+def ln_identity(g):
+    # The exponent read through Identity.
+    two = g.op("Identity", [scalar(g, 2.0)])
+    return [tensor("x", X)], {"y": ln_written(g, "x", exponent=two)}
+
+
 def ln_computed_exponent(g):
     # 1 + 1: a value other nodes compute is not stated in the file; not fused.
     two = g.op("Add", [constant_node(g, np.float32(1)), constant_node(g, np.float32(1))])
@@ -207,6 +213,7 @@ CASES = {
     "patch_same_padded": patch_case(31, auto_pad="SAME_UPPER"),
     "ln_eps_rank4": ln_eps_rank4,
     "ln_affine_alias": ln_affine_alias,
+    "ln_identity": ln_identity,
 }
 
 

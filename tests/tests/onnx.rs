@@ -592,6 +592,7 @@ fn layernorm_pattern_is_taken_only_for_the_square_over_the_kept_last_axis() {
             // Exponent, axes and eps from `Constant` nodes; an integer 2 cast to float.
             ("ln_nodes", Expect::Ops(LN_FUSED)),
             ("ln_cast", Expect::Ops(LN_FUSED)),
+            ("ln_identity", Expect::Ops(LN_FUSED)),
             ("ln_pow4", Expect::Refused(op_by_op)),
             ("ln_pow_near2", Expect::Refused(op_by_op)),
             // An exponent other nodes compute is not stated in the file: not fused.
@@ -614,6 +615,85 @@ fn layernorm_pattern_is_taken_only_for_the_square_over_the_kept_last_axis() {
             ),
         ],
     );
+}
+
+/// A LayerNorm of `x` ([1, 4, 8]) written out as torch's legacy exporter does, squaring with
+/// `Pow(d, exponent)`; the nodes of `pre` come first.
+fn written_layernorm(pre: Vec<proto::NodeProto>, exponent: &str) -> Vec<u8> {
+    let node = |op: &str, input: &[&str], output: &str| proto::NodeProto {
+        input: input.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: format!("{op}_{output}"),
+        op_type: op.into(),
+        ..Default::default()
+    };
+    let mut nodes = pre;
+    nodes.extend([
+        node("ReduceMean", &["x", "axes"], "m"),
+        node("Sub", &["x", "m"], "d"),
+        node("Pow", &["d", exponent], "sq"),
+        node("ReduceMean", &["sq", "axes"], "v"),
+        node("Add", &["v", "eps"], "ve"),
+        node("Sqrt", &["ve"], "s"),
+        node("Div", &["d", "s"], "y"),
+    ]);
+    let init = vec![
+        proto::TensorProto {
+            dims: vec![1],
+            data_type: proto::data_type::INT64,
+            name: "axes".into(),
+            int64_data: vec![-1],
+            ..Default::default()
+        },
+        proto::TensorProto {
+            data_type: proto::data_type::FLOAT,
+            name: "eps".into(),
+            float_data: vec![1e-5],
+            ..Default::default()
+        },
+    ];
+    let value = |name: &str| proto::ValueInfoProto::float_tensor(name, &[1, 4, 8]);
+    let mut m = model_of(nodes.remove(0), init, value("x"), value("y"));
+    m.graph.as_mut().unwrap().node.extend(nodes);
+    m.encode_to_vec()
+}
+
+#[test]
+fn a_layernorm_exponent_behind_a_loop_of_identities_is_refused_without_hanging() {
+    let opts = ImportOptions::new();
+    let identity = |i: &str, o: &str| proto::NodeProto {
+        input: vec![i.into()],
+        output: vec![o.into()],
+        name: format!("id_{o}"),
+        op_type: "Identity".into(),
+        ..Default::default()
+    };
+    // a = Identity(b), b = Identity(a): the exponent is never stated.
+    let err = import_bytes(&written_layernorm(vec![identity("b", "a"), identity("a", "b")], "a"), &opts)
+        .unwrap_err();
+    assert!(err.contains("not defined before it is used"), "{err}");
+    // The same graph with the exponent 2 behind eight Identities is a LayerNorm; behind nine
+    // the exponent is not followed (a value other nodes compute) and it is lowered op by op.
+    let chain = |n: usize| {
+        let mut nodes = vec![proto::NodeProto {
+            output: vec!["e0".into()],
+            name: "two".into(),
+            op_type: "Constant".into(),
+            attribute: vec![proto::AttributeProto {
+                name: "value_float".into(),
+                f: 2.0,
+                r#type: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        nodes.extend((0..n).map(|k| identity(&format!("e{k}"), &format!("e{}", k + 1))));
+        written_layernorm(nodes, &format!("e{n}"))
+    };
+    let toml = import_bytes(&chain(8), &opts).expect("a LayerNorm");
+    assert!(toml.contains("op = \"layernorm\""), "{toml}");
+    let err = import_bytes(&chain(9), &opts).unwrap_err();
+    assert!(err.contains("ReduceMean") && err.contains("not supported on a computed tensor"), "{err}");
 }
 
 /// A linear layer then the step-by-step composition of a GeLU with one constant changed.
