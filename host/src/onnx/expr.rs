@@ -205,6 +205,48 @@ mod tests {
     }
 
     #[test]
+    fn every_op_evaluates_as_onnx_defines_it() {
+        // The values decide what a composition is recognised as (an unknown op gives NaN: the
+        // composition is then written step by step).
+        let x = Rc::new(Expr::X);
+        let unary: [(&'static str, fn(f64) -> f64); 9] = [
+            ("Tanh", f64::tanh),
+            ("Erf", libm::erf),
+            ("Sqrt", f64::sqrt),
+            ("Exp", f64::exp),
+            ("Neg", |v| -v),
+            ("Abs", f64::abs),
+            ("Reciprocal", |v| 1.0 / v),
+            ("Log", f64::ln),
+            ("Sigmoid", |v| 1.0 / (1.0 + (-v).exp())),
+        ];
+        let points = [-2.5, -0.75, 0.5, 3.0];
+        for (op, f) in unary {
+            let e = un(op, x.clone());
+            let got = e.eval_all(&points);
+            for (v, g) in points.iter().zip(got) {
+                let want = f(*v);
+                assert!(g == want || (g.is_nan() && want.is_nan()), "{op}({v}) = {g}, not {want}");
+                assert_eq!(e.eval(*v).to_bits(), g.to_bits(), "{op}: eval and eval_all agree");
+            }
+        }
+        let binary: [(&'static str, fn(f64, f64) -> f64); 5] = [
+            ("Add", |a, b| a + b),
+            ("Sub", |a, b| a - b),
+            ("Mul", |a, b| a * b),
+            ("Div", |a, b| a / b),
+            ("Pow", f64::powf),
+        ];
+        for (op, f) in binary {
+            let e = bin(op, x.clone(), c(1.5));
+            for v in points {
+                assert_eq!(e.eval(v).to_bits(), f(v, 1.5).to_bits(), "{op}({v}, 1.5)");
+            }
+        }
+        assert!(un("Cos", x.clone()).eval(1.0).is_nan() && bin("Max", x, c(1.0)).eval(1.0).is_nan());
+    }
+
+    #[test]
     fn every_gelu_constant_is_checked() {
         let (s, k, r) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715, std::f64::consts::SQRT_2);
         let f32 = |v: f64| v as f32 as f64;
