@@ -287,6 +287,15 @@ mod tests {
         let x = Rc::new(Expr::X);
         assert_eq!(bin("Div", x.clone(), c(8.0)).form(), Form::Affine(0.125, 0.0));
         assert_eq!(bin("Sub", bin("Mul", x.clone(), c(2.0)), c(1.0)).form(), Form::Affine(2.0, -1.0));
+        // Attention's 1/√d as a division: x/√12 and x·(1/√12) differ in the last bit, and by
+        // 1e-12 absolute at 65504 (the tolerance is relative to the value).
+        let s = 12f64.sqrt();
+        assert_eq!(bin("Div", x.clone(), c(s)).form(), Form::Affine(1.0 / s, 0.0));
+        assert_eq!(
+            bin("Div", bin("Add", x.clone(), c(1.0)), c(3.0)).form(),
+            Form::Affine(1.0 / 3.0, 1.0 / 3.0)
+        );
+        assert_eq!(un("Neg", x.clone()).form(), Form::Affine(-1.0, 0.0));
         assert_eq!(Rc::new(Expr::Un("Tanh", x.clone())).form(), Form::Unknown);
         assert_eq!(Expr::X.form(), Form::Identity);
     }
