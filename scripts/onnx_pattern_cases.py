@@ -175,6 +175,22 @@ def scale_twice(g):
     return [tensor("x", X)], {"y": y, "z": g.op("Softmax", [g.op("Mul", [s, scalar(g, 0.5)])], axis=-1)}
 
 
+def select_transposed_bias(g):
+    # A bias added along the tokens of a transposed projection (square: 4 tokens, 4 columns), then
+    # one column selected: the bias is not the projection's (per column), so the selection is a
+    # slice of the sum, not a narrower projection with that bias.
+    h = g.op("Transpose", [g.op("MatMul", ["x", g.w([16, 4])])], perm=[0, 2, 1])
+    v = g.op("Add", [h, g.w([4], 0.5, "b")])
+    return [tensor("x", [1, 4, 16])], {"y": g.op("Gather", [v, g.const(np.array(1, np.int64))], axis=1)}
+
+
+def select_batched_weight(g):
+    # A constant weight per batch (rank 3), then a Slice of its columns.
+    h = g.op("MatMul", ["x", g.w([2, 2, 2])])
+    i64 = lambda v: g.const(np.array(v, np.int64))
+    return [tensor("x", [2, 4, 2])], {"y": g.op("Slice", [h, i64([0]), i64([1]), i64([2])])}
+
+
 def patch_case(side, **attrs):
     def case(g, c=3, k=14, d=16):
         conv = g.op("Conv", ["pixel_values", g.w([d, c, k, k], 0.05), g.w([d], 0.5, "b")], kernel_shape=[k, k],
@@ -214,6 +230,8 @@ CASES = {
     "ln_eps_rank4": ln_eps_rank4,
     "ln_affine_alias": ln_affine_alias,
     "ln_identity": ln_identity,
+    "select_transposed_bias": select_transposed_bias,
+    "select_batched_weight": select_batched_weight,
 }
 
 

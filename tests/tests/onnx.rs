@@ -820,6 +820,35 @@ fn a_scaling_folds_into_the_matmul_alpha_only_when_no_other_reader_sees_the_tens
 }
 
 #[test]
+fn a_projection_is_narrowed_only_for_its_own_columns() {
+    // Selecting columns of x·W (+ b) projects them alone; these are selections where that would
+    // be wrong, so they stay slices of the computed tensor.
+    check_pattern_cases(
+        "select_",
+        &[
+            // A bias along the tokens of the transposed projection is not a per-column bias.
+            (
+                "select_transposed_bias",
+                Expect::Ops(&[
+                    ("add", 1),
+                    ("cast f16", 1),
+                    ("cast f32", 1),
+                    ("matmul", 1),
+                    ("reshape", 1),
+                    ("slice", 1),
+                    ("transpose", 1),
+                ]),
+            ),
+            // A weight per batch (rank 3) is not a projection's matrix.
+            (
+                "select_batched_weight",
+                Expect::Ops(&[("cast f16", 1), ("cast f32", 1), ("matmul", 1), ("slice", 1)]),
+            ),
+        ],
+    );
+}
+
+#[test]
 fn patch_embedding_takes_auto_pad_only_where_it_pads_nothing() {
     let patch =
         &[("add", 1), ("cast f16", 1), ("cast f32", 1), ("matmul", 1), ("reshape", 4), ("transpose", 1)];
@@ -927,8 +956,18 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
     assert!(err.contains("--input-shape x=") && err.contains("batch"), "{err}");
     let mut fixed = ImportOptions::new();
     fixed.input_shapes.insert("x".into(), vec![2, 8]);
-    let err = import_bytes(&one_node("Relu", sym), &fixed).unwrap_err();
+    let err = import_bytes(&one_node("Relu", sym.clone()), &fixed).unwrap_err();
     assert!(err.contains("Relu") && !err.contains("--input-shape"), "the shape was taken: {err}");
+    // A shape of another rank, or that contradicts a fixed size, is not taken.
+    for wrong in [vec![2, 8, 1], vec![2], vec![2, 9]] {
+        let mut o = ImportOptions::new();
+        o.input_shapes.insert("x".into(), wrong.clone());
+        let err = import_bytes(&one_node("Relu", sym.clone()), &o).unwrap_err();
+        assert!(err.contains("does not match the file's"), "{wrong:?}: {err}");
+    }
+    // A size of 0 (some exporters' way of writing an unknown size) is not fixed.
+    let err = import_bytes(&one_node("Relu", vec![dim(0), dim(8)]), &opts).unwrap_err();
+    assert!(err.contains("--input-shape x="), "{err}");
     // Truncated and hostile bytes: an error, never a panic.
     let good = one_node("Identity", vec![dim(2), dim(8)]);
     for cut in [1, good.len() / 2, good.len() - 1] {
