@@ -191,6 +191,12 @@ def select_batched_weight(g):
     return [tensor("x", [2, 4, 2])], {"y": g.op("Slice", [h, i64([0]), i64([1]), i64([2])])}
 
 
+def scale_operand_and_output(g):
+    # A scaled operand (alpha 0.5) and a scaled result (0.25): alpha 0.125.
+    h = g.op("MatMul", [g.op("Mul", ["x", scalar(g, 0.5)]), g.w([16, 12])])
+    return [tensor("x", X)], {"y": g.op("Softmax", [g.op("Mul", [h, scalar(g, 0.25)])], axis=-1)}
+
+
 def patch_case(side, **attrs):
     def case(g, c=3, k=14, d=16):
         conv = g.op("Conv", ["pixel_values", g.w([d, c, k, k], 0.05), g.w([d], 0.5, "b")], kernel_shape=[k, k],
@@ -232,6 +238,7 @@ CASES = {
     "ln_identity": ln_identity,
     "select_transposed_bias": select_transposed_bias,
     "select_batched_weight": select_batched_weight,
+    "scale_operand_and_output": scale_operand_and_output,
 }
 
 

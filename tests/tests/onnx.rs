@@ -777,6 +777,17 @@ fn a_scaling_folds_into_the_matmul_alpha_only_when_no_other_reader_sees_the_tens
                     ("softmax", 1),
                 ]),
             ),
+            // (x/2)·W then /4: both in alpha.
+            (
+                "scale_operand_and_output",
+                Expect::Ops(&[
+                    ("cast f16", 1),
+                    ("cast f32", 1),
+                    ("matmul alpha=0.125", 1),
+                    ("reshape", 2),
+                    ("softmax", 1),
+                ]),
+            ),
             // softmax(h/8) and tanh(h/8): both read the scaled matmul.
             (
                 "scale_two_readers",

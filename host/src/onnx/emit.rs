@@ -117,6 +117,14 @@ impl Emit {
         })
     }
 
+    /// A numeric field of an emitted op, if it has one.
+    pub fn number(&self, op: usize, field: &str) -> Option<f64> {
+        self.ops[op].1.iter().find_map(|(k, v)| match v {
+            Field::F(x) if k == field => Some(*x),
+            _ => None,
+        })
+    }
+
     /// Set (or replace) a numeric field of an emitted op.
     pub fn set_number(&mut self, op: usize, field: &str, value: f64) {
         self.set_field(op, field, Field::F(value));

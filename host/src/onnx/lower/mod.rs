@@ -83,9 +83,9 @@ pub struct Lower<'a, 'b> {
     /// constant can be allocated at the same address while the map lives.
     params_of: BTreeMap<(usize, bool), (std::rc::Weak<Const>, String)>,
     scales: Vec<(String, i8)>,
-    /// Matmuls emitted, by output tensor: op index and alpha (a scaling read after the matmul
-    /// was written may fold into it, [`Lower::fold_into_matmul`]).
-    matmuls: BTreeMap<String, (usize, f64)>,
+    /// Matmuls emitted, by output tensor: the op's index (a scaling read after the matmul was
+    /// written may fold into its `alpha`, [`Lower::fold_into_matmul`]).
+    matmuls: BTreeMap<String, usize>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
     /// Written-out LayerNorms, by output tensor: op index, and whether a gamma and a beta were
@@ -305,7 +305,7 @@ impl<'a, 'b> Lower<'a, 'b> {
     /// (`Identity`, a reshape of leading unit axes) and a second reader of the scaling hold `t`
     /// as well.
     fn fold_into_matmul(&mut self, t: &str, a: f64) -> bool {
-        let Some(&(op, alpha)) = self.matmuls.get(t) else { return false };
+        let Some(&op) = self.matmuls.get(t) else { return false };
         let holders: Vec<String> = self
             .vals
             .iter()
@@ -318,8 +318,8 @@ impl<'a, 'b> Lower<'a, 'b> {
         if !all_scaled || self.emit.reads(t) {
             return false;
         }
+        let alpha = self.emit.number(op, "alpha").unwrap_or(1.0);
         self.emit.set_number(op, "alpha", alpha * a);
-        self.matmuls.insert(t.to_string(), (op, alpha * a));
         for name in holders {
             if let Some(Val::R(r)) = self.vals.get_mut(&name) {
                 r.e = Rc::new(Expr::X);

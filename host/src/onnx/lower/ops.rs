@@ -86,7 +86,7 @@ impl Lower<'_, '_> {
         }
         fields.extend([("output", Field::S(out.into())), ("dtype", s("f16")), ("accumulate", s("f16"))]);
         let idx = self.emit.op("matmul", &fields);
-        self.matmuls.insert(out.to_string(), (idx, alpha));
+        self.matmuls.insert(out.to_string(), idx);
         let mut shape = batch;
         shape.extend([m, n]);
         Ok((out.to_string(), shape))
