@@ -209,7 +209,9 @@ mod tests {
         // The values decide what a composition is recognised as (an unknown op gives NaN: the
         // composition is then written step by step).
         let x = Rc::new(Expr::X);
-        let unary: [(&'static str, fn(f64) -> f64); 9] = [
+        type Unary = (&'static str, fn(f64) -> f64);
+        type Binary = (&'static str, fn(f64, f64) -> f64);
+        let unary: [Unary; 9] = [
             ("Tanh", f64::tanh),
             ("Erf", libm::erf),
             ("Sqrt", f64::sqrt),
@@ -230,7 +232,7 @@ mod tests {
                 assert_eq!(e.eval(*v).to_bits(), g.to_bits(), "{op}: eval and eval_all agree");
             }
         }
-        let binary: [(&'static str, fn(f64, f64) -> f64); 5] = [
+        let binary: [Binary; 5] = [
             ("Add", |a, b| a + b),
             ("Sub", |a, b| a - b),
             ("Mul", |a, b| a * b),
