@@ -206,6 +206,22 @@ def patch_case(side, **attrs):
     return case
 
 
+def patch_shapes(g, c=3, side=28, k=14, d=16):
+    # The legacy exporter's shape arithmetic around a patch embedding: the flatten target read
+    # from Shape(conv), and the output viewed in a shape read from Shape(flatten).
+    conv = g.op("Conv", ["pixel_values", g.w([d, c, k, k], 0.05), g.w([d], 0.5, "b")], kernel_shape=[k, k],
+                strides=[k, k])
+    sc = g.op("Shape", [conv])
+    dim = lambda s, i: g.op("Unsqueeze", [g.op("Gather", [s, g.const(np.int64(i))], axis=0),
+                                          g.const(np.array([0], np.int64))])
+    target = g.op("Concat", [dim(sc, 0), dim(sc, 1), g.const(np.array([-1], np.int64))], axis=0)
+    flat = g.op("Reshape", [conv, target])
+    sf = g.op("Shape", [flat])
+    t = g.op("Transpose", [flat], perm=[0, 2, 1])
+    view = g.op("Concat", [dim(sf, 0), dim(sf, 2), dim(sf, 1)], axis=0)
+    return [tensor("pixel_values", [1, c, side, side])], {"y": g.op("Reshape", [t, view])}
+
+
 CASES = {
     "ln_pow2": ln_case(),
     "ln_mul": ln_case(square="mul"),
@@ -239,6 +255,7 @@ CASES = {
     "select_transposed_bias": select_transposed_bias,
     "select_batched_weight": select_batched_weight,
     "scale_operand_and_output": scale_operand_and_output,
+    "patch_shapes": patch_shapes,
 }
 
 

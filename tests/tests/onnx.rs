@@ -866,6 +866,8 @@ fn patch_embedding_takes_auto_pad_only_where_it_pads_nothing() {
     check_pattern_cases(
         "patch_",
         &[
+            // Shape(conv) and Shape(flatten) read by the legacy exporter's shape arithmetic.
+            ("patch_shapes", Expect::Ops(patch)),
             // VALID drops the border as the crop does; SAME_UPPER on whole patches pads nothing.
             (
                 "patch_valid",
@@ -993,6 +995,76 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
         }
         let _ = import_bytes(&b, &opts);
     }
+}
+
+#[test]
+fn odd_patch_convolutions_are_refused_without_a_panic() {
+    // Conv → Reshape → Transpose with an image of `x` dims and weights of `w` dims; Shape nodes
+    // read the Conv and the Reshape (so their shapes are asked for before the pattern is lowered).
+    let model = |x: &[i64], w: &[i64]| {
+        let node = |op: &str, input: &[&str], output: &str| proto::NodeProto {
+            input: input.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            name: format!("{op}_{output}"),
+            op_type: op.into(),
+            ..Default::default()
+        };
+        let ints = |name: &str, v: &[i64]| proto::TensorProto {
+            dims: vec![v.len() as i64],
+            data_type: proto::data_type::INT64,
+            name: name.into(),
+            int64_data: v.to_vec(),
+            ..Default::default()
+        };
+        let weight = proto::TensorProto {
+            dims: w.to_vec(),
+            data_type: proto::data_type::FLOAT,
+            name: "w".into(),
+            float_data: vec![0.5; w.iter().product::<i64>() as usize],
+            ..Default::default()
+        };
+        let mut conv = node("Conv", &["x", "w"], "c");
+        conv.attribute = vec![proto::AttributeProto {
+            name: "strides".into(),
+            ints: w[2..].to_vec(),
+            r#type: 7,
+            ..Default::default()
+        }];
+        let mut transpose = node("Transpose", &["f"], "t");
+        transpose.attribute = vec![proto::AttributeProto {
+            name: "perm".into(),
+            ints: vec![0, 2, 1],
+            r#type: 7,
+            ..Default::default()
+        }];
+        let nodes = vec![
+            conv,
+            node("Shape", &["c"], "sc"),
+            node("Reshape", &["c", "target"], "f"),
+            node("Shape", &["f"], "sf"),
+            transpose,
+        ];
+        let mut m = model_of(
+            nodes[0].clone(),
+            vec![weight, ints("target", &[1, w[0], -1])],
+            proto::ValueInfoProto::float_tensor("x", x),
+            proto::ValueInfoProto::float_tensor("t", &[1, 1, w[0]]),
+        );
+        m.graph.as_mut().unwrap().node = nodes;
+        m.encode_to_vec()
+    };
+    let opts = ImportOptions::new();
+    for (x, w) in [
+        (&[1, 3, 28][..], &[8, 3, 14][..]),
+        (&[1, 3, 28, 28][..], &[8, 3, 14][..]),
+        (&[1, 3, 28][..], &[8, 3, 14, 14][..]),
+        (&[1, 3, 28, 28][..], &[8, 3, 0, 0][..]),
+        (&[1, 3, 28, 28][..], &[8, 3, 14, 0][..]),
+    ] {
+        let err = import_bytes(&model(x, w), &opts).unwrap_err();
+        assert!(err.contains("Conv"), "{x:?} {w:?}: {err}");
+    }
+    import_bytes(&model(&[1, 3, 28, 28], &[8, 3, 14, 14]), &opts).expect("a patch embedding");
 }
 
 #[test]

@@ -241,7 +241,7 @@ impl Lower<'_, '_> {
             None => None,
         };
         let (xs, ws) = (&x.shape, &w.shape);
-        if xs.len() != 4 || ws.len() != 4 || ws[1] != xs[1] || ws[2] != ws[3] {
+        if xs.len() != 4 || ws.len() != 4 || ws[1] != xs[1] || ws[2] != ws[3] || ws[2] == 0 {
             return Err(format!("{at}: Conv of {xs:?} with weights {ws:?}: a 2-D convolution with square kernels is supported"));
         }
         let k = ws[2];
