@@ -222,6 +222,17 @@ def patch_shapes(g, c=3, side=28, k=14, d=16):
     return [tensor("pixel_values", [1, c, side, side])], {"y": g.op("Reshape", [t, view])}
 
 
+def shape_slices(g):
+    # Shape with negative start and end (opset 15), of a constant and of a computed tensor.
+    w = g.w([16, 12])
+    h = g.op("MatMul", ["x", w])
+    last = g.op("Shape", [w], start=-1)
+    y = g.op("Reshape", [h, g.op("Concat", [g.const(np.array([-1], np.int64)), last], axis=0)])
+    rows = g.op("Shape", [h], start=-2, end=-1)
+    z = g.op("Reshape", [h, g.op("Concat", [rows, g.const(np.array([-1], np.int64))], axis=0)])
+    return [tensor("x", X)], {"y": y, "z": z}
+
+
 CASES = {
     "ln_pow2": ln_case(),
     "ln_mul": ln_case(square="mul"),
@@ -256,6 +267,7 @@ CASES = {
     "select_batched_weight": select_batched_weight,
     "scale_operand_and_output": scale_operand_and_output,
     "patch_shapes": patch_shapes,
+    "shape_slices": shape_slices,
 }
 
 

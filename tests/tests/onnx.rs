@@ -860,6 +860,14 @@ fn a_projection_is_narrowed_only_for_its_own_columns() {
 }
 
 #[test]
+fn shapes_are_read_with_negative_starts_and_ends() {
+    check_pattern_cases(
+        "shape_",
+        &[("shape_slices", Expect::Ops(&[("cast f16", 1), ("cast f32", 2), ("matmul", 1), ("reshape", 1)]))],
+    );
+}
+
+#[test]
 fn patch_embedding_takes_auto_pad_only_where_it_pads_nothing() {
     let patch =
         &[("add", 1), ("cast f16", 1), ("cast f32", 1), ("matmul", 1), ("reshape", 4), ("transpose", 1)];
@@ -959,6 +967,13 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
     m.opset_import.remove(1);
     let err = import_bytes(&m.encode_to_vec(), &opts).unwrap_err();
     assert!(err.contains("imports no version of the default ONNX opset"), "{err}");
+    // A node of the default domain under its long name is taken; of another domain, refused.
+    let mut m = proto::ModelProto::decode(one_node("Identity", vec![dim(2), dim(8)]).as_slice()).unwrap();
+    m.graph.as_mut().unwrap().node[0].domain = "ai.onnx".into();
+    import_bytes(&m.encode_to_vec(), &opts).expect("ai.onnx is the default domain");
+    m.graph.as_mut().unwrap().node[0].domain = "com.microsoft".into();
+    let err = import_bytes(&m.encode_to_vec(), &opts).unwrap_err();
+    assert!(err.contains("domain `com.microsoft` is not supported"), "{err}");
     // Told from a model text by the first byte.
     assert!(ipu_host::onnx::looks_like_onnx(&one_node("Identity", vec![dim(2)])));
     assert!(!ipu_host::onnx::looks_like_onnx(b"name = \"m\"\n"));
