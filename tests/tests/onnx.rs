@@ -164,6 +164,8 @@ fn fp8_activation_scales_fit_twice_the_calibrated_range() {
         let max = ipu_core::fp8::Fp8Format::E4M3.max_value() as f64;
         let want = (2.0 * range / max).log2().ceil() as i64;
         assert_eq!(op["scale"].parse::<i64>().unwrap(), want, "cast of `{}` (range {range})", op["input"]);
+        // The scales reported (logged, `build -v`) are the ones written.
+        assert!(fp8.scales.contains(&(op["output"].to_string(), want as i8)), "{:?}", fp8.scales);
         casts += 1;
     }
     // The patch embedding, per layer Q/K/V (one cast), O, MLP in and out, and the head's K/V, O and MLP.
@@ -1080,6 +1082,32 @@ fn odd_patch_convolutions_are_refused_without_a_panic() {
         assert!(err.contains("Conv"), "{x:?} {w:?}: {err}");
     }
     import_bytes(&model(&[1, 3, 28, 28], &[8, 3, 14, 14]), &opts).expect("a patch embedding");
+}
+
+#[test]
+fn float16_inputs_and_outputs_stay_f16() {
+    let value = |name: &str| proto::ValueInfoProto {
+        name: name.into(),
+        r#type: Some(proto::TypeProto {
+            tensor_type: Some(proto::TensorTypeProto {
+                elem_type: proto::data_type::FLOAT16,
+                shape: Some(proto::TensorShapeProto { dim: vec![dim(2), dim(8)] }),
+            }),
+        }),
+    };
+    let node = proto::NodeProto {
+        input: vec!["x".into()],
+        output: vec!["y".into()],
+        name: "id".into(),
+        op_type: "Identity".into(),
+        ..Default::default()
+    };
+    let toml =
+        import_bytes(&model_of(node, vec![], value("x"), value("y")).encode_to_vec(), &ImportOptions::new())
+            .expect("imports");
+    // No cast: the output is the input viewed under the output's name, in f16.
+    assert_eq!(op_kinds(&toml), kinds(&[("reshape", 1)]), "{toml}");
+    assert!(toml.contains("[inputs.\"x\"]\ndtype = \"f16\""), "{toml}");
 }
 
 #[test]

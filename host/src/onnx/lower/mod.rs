@@ -656,3 +656,24 @@ impl NameOr for NodeProto {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_scales_fit_the_range_and_need_a_finite_positive_one() {
+        let max = Fp8Format::E4M3.max_value();
+        assert_eq!(fp8_scale(max), 0);
+        assert_eq!(fp8_scale(max * 1.01), 1);
+        assert_eq!(fp8_scale(max / 2.0), -1);
+        assert_eq!(fp8_scale(1.0), (1.0 / max).log2().ceil() as i8);
+        assert_eq!(fp8_scale(1e30), 31, "clamped");
+        assert_eq!(fp8_scale(1e-30), -32, "clamped");
+        // No range measured (an activation that was 0 in the calibration run, or not finite):
+        // the format's own range, not 2^-32 of it.
+        for r in [0.0, -1.0, f32::INFINITY, f32::NAN] {
+            assert_eq!(fp8_scale(r), 0, "{r}");
+        }
+    }
+}
