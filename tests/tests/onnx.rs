@@ -983,7 +983,7 @@ fn refusals_name_the_node_the_op_and_the_opset_and_nothing_panics() {
     // A symbolic batch size: refused with the flag that fixes it; then accepted with it.
     let sym = vec![proto::Dimension { dim_value: None, dim_param: Some("batch".into()) }, dim(8)];
     let err = import_bytes(&one_node("Relu", sym.clone()), &opts).unwrap_err();
-    assert!(err.contains("--input-shape x=") && err.contains("batch"), "{err}");
+    assert!(err.contains("--input-shape x=") && err.contains("[\"batch\", \"8\"]"), "{err}");
     let mut fixed = ImportOptions::new();
     fixed.input_shapes.insert("x".into(), vec![2, 8]);
     let err = import_bytes(&one_node("Relu", sym.clone()), &fixed).unwrap_err();
@@ -1108,6 +1108,80 @@ fn float16_inputs_and_outputs_stay_f16() {
     // No cast: the output is the input viewed under the output's name, in f16.
     assert_eq!(op_kinds(&toml), kinds(&[("reshape", 1)]), "{toml}");
     assert!(toml.contains("[inputs.\"x\"]\ndtype = \"f16\""), "{toml}");
+}
+
+/// Import `bytes` and evaluate it with the host reference in f64 (f16 params) on `inputs`: the
+/// values of each output.
+fn evaluate_bytes(bytes: &[u8], inputs: &[(&str, Vec<u64>, Vec<f32>)]) -> BTreeMap<String, Vec<f64>> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    let imp = import(&path, &ImportOptions::new()).unwrap_or_else(|e| panic!("{e}"));
+    let g = ipu_host::model::parse("m", &imp.toml).expect("parses");
+    let mut vals = ipu_host::params::from_values(&g, imp.params).expect("params");
+    for (name, shape, data) in inputs {
+        let t = ipu_host::reference::HostTensor {
+            dtype: ipu_schema::DType::F32,
+            shape: shape.clone(),
+            data: data.clone(),
+        };
+        vals.insert(name.to_string(), t);
+    }
+    let ev = ipu_host::reference::evaluate(&g, &vals, &[], &[]).expect("evaluates");
+    g.outputs.iter().map(|o| g.tensor(*o).name.clone()).map(|n| (n.clone(), ev.exact[&n].clone())).collect()
+}
+
+#[test]
+fn constant_nodes_of_every_attribute_kind_are_read() {
+    // y = reshape(x, value_ints) · value_float + value_floats + cast(value_int) + value (tensor).
+    let constant = |out: &str, attr: proto::AttributeProto| proto::NodeProto {
+        output: vec![out.into()],
+        name: out.into(),
+        op_type: "Constant".into(),
+        attribute: vec![attr],
+        ..Default::default()
+    };
+    let attr = |name: &str| proto::AttributeProto { name: name.into(), ..Default::default() };
+    let node = |op: &str, input: &[&str], output: &str| proto::NodeProto {
+        input: input.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: output.into(),
+        op_type: op.into(),
+        ..Default::default()
+    };
+    let mut cast = node("Cast", &["i"], "fi");
+    cast.attribute = vec![proto::AttributeProto { name: "to".into(), i: 1, r#type: 2, ..Default::default() }];
+    let tensor = proto::TensorProto {
+        dims: vec![1],
+        data_type: proto::data_type::FLOAT,
+        float_data: vec![0.25],
+        ..Default::default()
+    };
+    let nodes = vec![
+        constant("s", proto::AttributeProto { ints: vec![2, 4], ..attr("value_ints") }),
+        constant("f", proto::AttributeProto { f: 3.0, ..attr("value_float") }),
+        constant("fs", proto::AttributeProto { floats: vec![1.0, 2.0, 3.0, 4.0], ..attr("value_floats") }),
+        constant("i", proto::AttributeProto { i: 5, ..attr("value_int") }),
+        constant("t", proto::AttributeProto { t: Some(tensor), ..attr("value") }),
+        node("Reshape", &["x", "s"], "r"),
+        node("Mul", &["r", "f"], "m"),
+        node("Add", &["m", "fs"], "a"),
+        cast,
+        node("Add", &["a", "fi"], "b"),
+        node("Add", &["b", "t"], "y"),
+    ];
+    let mut m = model_of(
+        nodes[0].clone(),
+        vec![],
+        proto::ValueInfoProto::float_tensor("x", &[8]),
+        proto::ValueInfoProto::float_tensor("y", &[2, 4]),
+    );
+    m.graph.as_mut().unwrap().node = nodes;
+    let x: Vec<f32> = (0..8).map(|v| v as f32 * 0.5).collect();
+    let out = evaluate_bytes(&m.encode_to_vec(), &[("x", vec![8], x.clone())]);
+    let want: Vec<f64> =
+        x.iter().enumerate().map(|(k, v)| 3.0 * *v as f64 + (k % 4 + 1) as f64 + 5.25).collect();
+    assert_eq!(out["y"], want);
 }
 
 #[test]
