@@ -324,6 +324,23 @@ fn finish(
     mut s: Schedule,
     transfers: Vec<Transfer>,
 ) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
+    // Each sender's send spans in time order, for the park elision.
+    let sends: BTreeMap<u16, Vec<(u64, u64)>> = s
+        .events
+        .iter()
+        .map(|(&t, evs)| {
+            let mut v: Vec<(u64, u64)> = evs
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Send { at, words, .. } => Some((*at, at + *words as u64)),
+                    _ => None,
+                })
+                .collect();
+            v.sort_unstable();
+            (t, v)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
     for (tile, evs) in s.events.iter_mut() {
         // A tile's events in time order (sends and receptions were placed independently).
         evs.sort_by_key(|e| match e {
@@ -331,6 +348,9 @@ fn finish(
             Event::Expect(_) | Event::Drain { .. } => 0,
         });
         let t = *tile as usize;
+        if st.expected[t].is_some() {
+            elide(*tile, evs, &sends);
+        }
         if let Some(words) = st.expected[t] {
             evs.insert(0, Event::Expect(words));
         }
@@ -341,6 +361,70 @@ fn finish(
     }
     exchange::validate(&transfers, &s)?;
     Ok((s, transfers))
+}
+
+/// Drop receiver events that change nothing (docs/runtime.md "Exchange code size"): a pointer
+/// event setting the pointer where the previous piece left it (it advances by 4 per landed word),
+/// a park whose sender sends nothing that would arrive here before the next mux change, and then a
+/// mux change to the source already selected. `evs` is the receiver's events in time order (its
+/// own sends among them), every piece as [`record`] writes it — pointer, mux, park — so the words
+/// a piece lands are the cycles from its mux to its park; the closing park stays, so no later superstep's words can land here. The
+/// schedule's cycles do not change; the word-by-word validation runs on the result.
+fn elide(tile: u16, evs: &mut Vec<Event>, sends: &BTreeMap<u16, Vec<(u64, u64)>>) {
+    // Would a word `sender` sends arrive on `tile` in `[a, b)`?
+    let arrives = |sender: u16, a: u64, b: u64| {
+        let lat = latency(sender, tile) as u64;
+        let spans = sends.get(&sender).map_or(&[][..], Vec::as_slice);
+        // The first span ending after `a` (arrival end = end + lat).
+        let i = spans.partition_point(|&(_, e)| e + lat <= a);
+        spans.get(i).is_some_and(|&(st, _)| st + lat < b)
+    };
+    let mut out: Vec<Event> = Vec::with_capacity(evs.len());
+    // The pointer after the last landed piece, the selected source, and the last park kept.
+    let mut pointer: Option<(Name, u32)> = None;
+    let mut mux = MUX_NONE;
+    let mut last_arrival = 0u64;
+    let mut i = 0;
+    while i < evs.len() {
+        match &evs[i] {
+            Event::Pointer { buffer, offset, .. } => {
+                if pointer.as_ref().is_some_and(|(b, o)| b == buffer && o == offset) {
+                    i += 1;
+                    continue;
+                }
+                pointer = Some((buffer.clone(), *offset));
+                out.push(evs[i].clone());
+            }
+            Event::Mux { at, source } if *source != MUX_NONE => {
+                last_arrival = *at;
+                if *source != mux {
+                    out.push(evs[i].clone());
+                    mux = *source;
+                }
+            }
+            Event::Mux { at, .. } => {
+                // A park at the end of the piece that arrived from `last_arrival`: the pointer has
+                // moved past its words.
+                if let Some((_, o)) = pointer.as_mut() {
+                    *o += 4 * (*at - last_arrival) as u32;
+                }
+                let next = evs[i + 1..].iter().find_map(|e| match e {
+                    Event::Mux { at, source } if *source != MUX_NONE => Some(*at),
+                    _ => None,
+                });
+                match next {
+                    Some(m) if mux != MUX_NONE && !arrives(mux, *at, m) => {}
+                    _ => {
+                        out.push(evs[i].clone());
+                        mux = MUX_NONE;
+                    }
+                }
+            }
+            _ => out.push(evs[i].clone()),
+        }
+        i += 1;
+    }
+    *evs = out;
 }
 
 #[cfg(test)]
@@ -416,6 +500,37 @@ mod tests {
             assert!(h >= 6 * 4 * 8, "{h}");
         }
         assert_ne!(list.events, ordered.events, "the two paths are different schedules");
+    }
+
+    /// Receiver events that change nothing are dropped (`elide`): pieces landing one after
+    /// another at consecutive offsets set the pointer once; a park stays only where its sender's
+    /// later words would arrive before the next mux change, and the last park always stays.
+    #[test]
+    fn receivers_skip_pointer_and_park_events_that_change_nothing() {
+        let count = |evs: &[Event]| {
+            let ptr = evs.iter().filter(|e| matches!(e, Event::Pointer { .. })).count();
+            let park = evs.iter().filter(|e| matches!(e, Event::Mux { source: MUX_NONE, .. })).count();
+            let mux = evs.iter().filter(|e| matches!(e, Event::Mux { .. })).count() - park;
+            (ptr, mux, park)
+        };
+        // Four senders, 8 words each, to consecutive offsets of tile 9: one pointer, four mux
+        // changes, one park (each sender sends nothing else).
+        let contiguous: Vec<Multicast> = (0..4u16).map(|t| piece(t, 0, 8, &[(9, 32 * t as u32)])).collect();
+        let (s, _) = scatter(&contiguous).unwrap();
+        assert_eq!(count(&s.events[&9]), (1, 4, 1), "{:?}", s.events[&9]);
+        // Offsets with gaps: a pointer per piece.
+        let gaps: Vec<Multicast> = (0..4u16).map(|t| piece(t, 0, 8, &[(9, 64 * t as u32)])).collect();
+        let (s, _) = scatter(&gaps).unwrap();
+        assert_eq!(count(&s.events[&9]).0, 4);
+        // One sender's consecutive pieces to the same receiver: one pointer, one mux, one park.
+        let (s, _) = scatter(&[piece(0, 0, 8, &[(9, 0)]), piece(0, 32, 8, &[(9, 32)])]).unwrap();
+        assert_eq!(count(&s.events[&9]), (1, 1, 1), "{:?}", s.events[&9]);
+        // Tile 0 sends to 1, then to 2 and 1: tile 1's first park must stay (tile 0's piece for
+        // tile 2 passes it), and the schedule validates (`scatter` runs the validator).
+        let (s, _) =
+            scatter(&[piece(0, 0, 4, &[(1, 0)]), piece(0, 16, 4, &[(2, 0)]), piece(0, 32, 4, &[(1, 16)])])
+                .unwrap();
+        assert_eq!(count(&s.events[&1]).2, 2, "{:?}", s.events[&1]);
     }
 
     #[test]
