@@ -89,6 +89,7 @@ pub fn stage_grids(
             .map_err(|e| e.to_string())
     };
     let none = vec![None; g.ops.len()];
+    info!(stages = stages.len(), "search: planning the baseline layout");
     let Ok(base) = cost(SideCast::Replicated, &none) else { return Ok(None) };
     let digest = state::digest(src, tiles);
     let revalidate = |p: &Point| {
@@ -150,6 +151,14 @@ pub fn stage_grids(
             done += size;
             continue;
         }
+        // Each candidate is a whole-graph plan (minutes at SigLIP scale): say what is being tried.
+        info!(
+            attempts = done,
+            of = attempts,
+            candidates = size,
+            stage_op = ?batch.map(|s| screened[s].0),
+            "search: planning candidate layouts"
+        );
         let results: Vec<Result<u64, String>> =
             pool.install(|| moves.par_iter().map(|(c, gr)| cost(*c, gr)).collect());
         let mut best: Option<(u64, usize)> = None;
