@@ -4,8 +4,9 @@
 //! Placement: code from `TILE_MEM_BASE` up (region 0, the only executable region); buffers
 //! largest-alignment-then-largest-first, first fit, into region 1 (0x80000..0xE8000) and then the
 //! rest of region 0 after the code; a buffer only avoids the bytes of placed buffers whose
-//! lifetimes overlap its own (`Buffer::live`, docs/graph-planner.md). Deterministic: ties break
-//! by name.
+//! lifetimes overlap its own (`Buffer::live`, docs/graph-planner.md). When some buffer finds no
+//! free range in that order, two more orders are tried (by first use; by bytes × lifetime).
+//! Deterministic: ties break by name.
 #![no_std]
 #![forbid(unsafe_code)]
 extern crate alloc;
@@ -88,36 +89,25 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     if code_end > EXEC_REGION_END {
         return Err(LinkError::CodeTooLarge(tile, code_bytes));
     }
-    // Place buffers.
-    let mut order: Vec<&Buffer> = buffers.iter().collect();
-    order.sort_by(|a, b| b.align.cmp(&a.align).then(b.bytes.cmp(&a.bytes)).then(a.name.cmp(&b.name)));
-    // The host area at the top of region 1 is reserved for the runtime's mailbox.
-    let regions = [(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
-    let mut placed: [Vec<Placed>; 2] = [Vec::new(), Vec::new()];
-    let mut addr_of: BTreeMap<String, u32> = BTreeMap::new();
-    for b in order {
-        let align = b.align.max(8);
-        let mut at = None;
-        let mut largest = 0;
-        for (r, p) in regions.iter().zip(placed.iter_mut()) {
-            match first_fit(*r, p, b.bytes, align, b.live) {
-                Ok(a) => {
-                    p.push(Placed { start: a, end: a + b.bytes, live: b.live });
-                    at = Some(a);
-                    break;
-                }
-                Err(gap) => largest = largest.max(gap),
+    // Place buffers: largest first; if a buffer finds no free range that way, other orders
+    // (`ORDERS`), each deterministic. The first order's placement is what every package that fits
+    // with it gets, so adding orders changes no image that linked before.
+    let mut first_err = None;
+    let mut addr_of = None;
+    for order in ORDERS {
+        match place(tile, buffers, code_end, order) {
+            Ok(a) => {
+                addr_of = Some(a);
+                break;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
             }
         }
-        let Some(a) = at else {
-            return Err(LinkError::NoSpace {
-                tile,
-                buffer: b.name.to_string(),
-                over: (b.bytes - largest.min(b.bytes)) as u64,
-            });
-        };
-        addr_of.insert(b.name.to_string(), a);
     }
+    let Some(addr_of) = addr_of else {
+        return Err(first_err.expect("at least one order was tried"));
+    };
     // Pass 2: real addresses, initialised buffers as data segments.
     let mut text = String::new();
     for (n, a) in &addr_of {
@@ -220,6 +210,68 @@ struct Placed {
     start: u32,
     end: u32,
     live: Live,
+}
+
+/// Orders in which buffers are placed, tried in turn until one fits every buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Order {
+    /// Largest alignment, then largest first (classic first-fit decreasing).
+    Largest,
+    /// Largest alignment, then earliest first use, then largest: buffers of one stage packed
+    /// together, so a later stage finds the bytes of an earlier one free in one range.
+    FirstUse,
+    /// Largest alignment, then the most bytes × positions live first: long-lived buffers at the
+    /// bottom, short-lived ones sharing what is left above them.
+    Footprint,
+}
+
+const ORDERS: [Order; 3] = [Order::Largest, Order::FirstUse, Order::Footprint];
+
+/// Place every buffer in `order`, first fit: region 1, then region 0 after the code.
+fn place(
+    tile: u16,
+    buffers: &[Buffer],
+    code_end: u32,
+    order: Order,
+) -> Result<BTreeMap<String, u32>, LinkError> {
+    let span = |b: &Buffer| (b.live.to.min(1 << 20) - b.live.from.min(1 << 20)) as u64 + 1;
+    let mut sorted: Vec<&Buffer> = buffers.iter().collect();
+    sorted.sort_by(|a, b| {
+        let by = match order {
+            Order::Largest => b.bytes.cmp(&a.bytes),
+            Order::FirstUse => a.live.from.cmp(&b.live.from).then(b.bytes.cmp(&a.bytes)),
+            Order::Footprint => (b.bytes as u64 * span(b)).cmp(&(a.bytes as u64 * span(a))),
+        };
+        b.align.cmp(&a.align).then(by).then(a.name.cmp(&b.name))
+    });
+    // The host area at the top of region 1 is reserved for the runtime's mailbox.
+    let regions = [(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let mut placed: [Vec<Placed>; 2] = [Vec::new(), Vec::new()];
+    let mut addr_of: BTreeMap<String, u32> = BTreeMap::new();
+    for b in sorted {
+        let align = b.align.max(8);
+        let mut at = None;
+        let mut largest = 0;
+        for (r, p) in regions.iter().zip(placed.iter_mut()) {
+            match first_fit(*r, p, b.bytes, align, b.live) {
+                Ok(a) => {
+                    p.push(Placed { start: a, end: a + b.bytes, live: b.live });
+                    at = Some(a);
+                    break;
+                }
+                Err(gap) => largest = largest.max(gap),
+            }
+        }
+        let Some(a) = at else {
+            return Err(LinkError::NoSpace {
+                tile,
+                buffer: b.name.to_string(),
+                over: (b.bytes - largest.min(b.bytes)) as u64,
+            });
+        };
+        addr_of.insert(b.name.to_string(), a);
+    }
+    Ok(addr_of)
 }
 
 /// The lowest `align`-aligned address in `region` where `bytes` fit beside every placed buffer
