@@ -298,6 +298,28 @@ impl Graph {
                 && (!o.kind.is_view() || self.outputs.contains(&o.output) || self.is_read(o.output))
         })
     }
+    /// Whether `id`'s value reaches a model output: it is an output, or an op whose result is
+    /// needed reads it. An input or param that is not needed may be left unbound by the build
+    /// (a dead op's operand); the package contract requires a binding for every needed one.
+    pub fn is_needed(&self, id: TensorId) -> bool {
+        self.needed().get(id.0 as usize).copied().unwrap_or(false)
+    }
+    /// [`Graph::is_needed`] of every tensor, by index: one pass over the ops from the last (ops
+    /// are in the order they run), marking the operands of each op whose result is needed.
+    pub fn needed(&self) -> Vec<bool> {
+        let mut needed = alloc::vec![false; self.tensors.len()];
+        for o in &self.outputs {
+            needed[o.0 as usize] = true;
+        }
+        for op in self.ops.iter().rev() {
+            if needed[op.output.0 as usize] {
+                for t in op.kind.operands() {
+                    needed[t.0 as usize] = true;
+                }
+            }
+        }
+        needed
+    }
     /// Find a tensor by name.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.name == name).map(|i| TensorId(i as u32))

@@ -387,26 +387,29 @@ impl Package {
             Ok(g) => g,
             Err(e) => return bad(format!("build info: the model source does not parse: {e}")),
         };
-        // An input or param no op reads has nothing to be written to: the build binds none.
-        let read = |ids: &[ipu_core::graph::TensorId]| -> Vec<ipu_core::graph::TensorId> {
-            ids.iter().copied().filter(|&t| g.is_read(t)).collect()
-        };
-        let (inputs, params) = (read(&g.inputs), read(&g.params));
-        let dirs =
-            [(Direction::Input, &inputs), (Direction::Param, &params), (Direction::Output, &g.outputs)];
-        for (dir, ids) in dirs {
+        // Every input and param whose value reaches an output is bound; one that reaches none
+        // (read by no op, or only by ops whose results reach no output) may be left unbound, and
+        // is checked like the others where it is bound. Outputs: exactly the model's.
+        let (inputs, params) = (&g.inputs, &g.params);
+        let dirs = [(Direction::Input, inputs), (Direction::Param, params), (Direction::Output, &g.outputs)];
+        for (dir, all) in dirs {
             let word = match dir {
                 Direction::Input => "input",
                 Direction::Param => "param",
                 Direction::Output => "output",
             };
             let bound: Vec<&Binding> = self.bindings.iter().filter(|b| b.direction == dir).collect();
-            if bound.len() != ids.len() {
+            let is_bound =
+                |id: &ipu_core::graph::TensorId| bound.iter().any(|b| b.name == g.tensor(*id).name);
+            let ids: Vec<ipu_core::graph::TensorId> =
+                all.iter().copied().filter(|id| g.is_needed(*id) || is_bound(id)).collect();
+            let unknown = bound.iter().any(|b| !ids.iter().any(|id| g.tensor(*id).name == b.name));
+            if bound.len() != ids.len() || unknown {
                 let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
                 let want: Vec<&str> = ids.iter().map(|id| g.tensor(*id).name.as_str()).collect();
                 return bad(format!("the model has {word}s {want:?} but the package binds {names:?}"));
             }
-            for id in ids {
+            for id in &ids {
                 let t = g.tensor(*id);
                 let Some(b) = bound.iter().find(|b| b.name == t.name) else {
                     return bad(format!("model {word} `{}` has no {word} binding", t.name));

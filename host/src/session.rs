@@ -316,10 +316,12 @@ fn prepare_inputs(
     inputs
 }
 
-/// Whether `name` is a model input that no op reads (the package binds nothing for it).
+/// Whether `name` is a model input the package binds nothing for (no op that reaches an output
+/// reads it, and the build placed none).
 fn unread_input(pkg: &Package, name: &str) -> bool {
-    crate::model::parse("<package model>", &pkg.info.model_source)
-        .is_ok_and(|g| g.find(name).is_some_and(|t| g.inputs.contains(&t) && !g.is_read(t)))
+    !pkg.bindings.iter().any(|b| b.name == name)
+        && crate::model::parse("<package model>", &pkg.info.model_source)
+            .is_ok_and(|g| g.find(name).is_some_and(|t| g.inputs.contains(&t)))
 }
 
 fn is_param(pkg: &Package, name: &str) -> bool {

@@ -46,8 +46,9 @@ pub enum Outcome {
     Pass,
     /// Non-finite values (overflow) reported by the verdict consistently with the reference.
     Overflow,
-    /// A finite device value whose f64 value is NaN (a function at the edge of its domain),
-    /// reported by the verdict; every other element within its bound.
+    /// A finite device value whose f64 value or bound is NaN (a function at the edge of its
+    /// domain, or at a pole within the carried error), reported by the verdict; every other
+    /// element within its bound.
     Domain,
     /// Refused at build: the normalised reason (the op kind and why) and the message.
     Refused {
@@ -329,11 +330,20 @@ fn look(pkg: &ipu_host::package::Package, dir: &Path) -> Result<Look, String> {
         let dv = verdict::Values { dtype: b.dtype, scale: b.scale, data: &got.data };
         let (keep, odd): (Vec<usize>, Vec<usize>) =
             (0..got.data.len()).partition(|&i| verdict::real(&dv, i).is_finite());
-        // A finite device value where f64 has none: the f64 path left the function's domain.
-        let (keep, outside): (Vec<usize>, Vec<usize>) = keep.into_iter().partition(|&i| !exact[i].is_nan());
+        // A finite device value where f64 has none, or no bound (a pole such as `reciprocal` of a
+        // value within its error of 0): the f64 path left the function's domain.
+        let bounds = &ev.bound[&b.name];
+        let (keep, outside): (Vec<usize>, Vec<usize>) =
+            keep.into_iter().partition(|&i| !exact[i].is_nan() && !bounds[i].is_nan());
         if let Some(&i) = outside.first() {
             let at = verdict::multi_index(&b.shape, i as u64);
-            let e = format!("`{}`{at:?} is {} on the device, NaN in f64", b.name, verdict::real(&dv, i));
+            let e = format!(
+                "`{}`{at:?} is {} on the device, {} in f64 with bound {}",
+                b.name,
+                verdict::real(&dv, i),
+                exact[i],
+                bounds[i]
+            );
             found.domain.get_or_insert(e);
         }
         if let Some(&i) = odd.iter().find(|&&i| exact[i].is_finite()) {

@@ -489,18 +489,37 @@ pub fn plan(
     // slice view (its bytes are not rows of the held tensor).
     let mut copies: Vec<Move> = Vec::new();
     let mut copied = Vec::new();
+    let mut sources: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     for &o in &g.outputs {
         if let Some((base, view)) = views.get(&o) {
             let name = &g.tensor(o).name;
             let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
-            let Some(slices) = held.get(base) else {
-                return Err(unsupported(
-                    producer,
-                    format!(
-                        "output `{name}` is a view of `{}`, which no op reads; output it itself",
-                        g.tensor(*base).name
-                    ),
-                ));
+            // A model input or param that only this output reads is placed in rows of its own
+            // first (bound as any input; a param's values are embedded there).
+            if !held.contains_key(base) && g.is_source(*base) && !sources.contains_key(base) {
+                let (rows, buffers) = row_major(g.tensor(*base), opts.tiles, &format!("v{}_", sources.len()));
+                for (t, b) in buffers {
+                    merged.tiles[t as usize].buffers.push(b);
+                }
+                merged.bindings.push(BindingPlan {
+                    tensor: *base,
+                    direction: Direction::Input,
+                    transpose: false,
+                    slices: rows.clone(),
+                });
+                sources.insert(*base, rows);
+            }
+            let slices = match held.get(base).or_else(|| sources.get(base)) {
+                Some(s) => s,
+                None => {
+                    return Err(unsupported(
+                        producer,
+                        format!(
+                            "output `{name}` is a view of `{}`, which no op reads; output it itself",
+                            g.tensor(*base).name
+                        ),
+                    ))
+                }
             };
             // A transpose or slice view is gathered into rows of its own; so is any view of a source.
             let slices = if g.is_source(*base) || !view.steps.is_empty() {

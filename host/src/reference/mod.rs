@@ -232,6 +232,12 @@ pub fn evaluate(
     }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
+        // An op whose result reaches no output may read an input the package does not bind
+        // (`Graph::is_needed`): it has no value to read and none to give.
+        let missing = op.kind.operands().iter().any(|&t| !vals.contains_key(&g.tensor(t).name));
+        if missing && !g.is_needed(op.output) {
+            continue;
+        }
         let get = |id| {
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
