@@ -97,6 +97,7 @@ struct RawOp {
     beta: Option<Spanned<String>>,
     eps: Option<Spanned<f64>>,
     exponent: Option<Spanned<f64>>,
+    value: Option<Spanned<f64>>,
     shape: Option<Spanned<Vec<i64>>>,
     perm: Option<Spanned<Vec<i64>>>,
     starts: Option<Spanned<Vec<i64>>>,
@@ -292,6 +293,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("eps", op.eps.is_some()),
             ("approximate", op.approximate.is_some()),
             ("exponent", op.exponent.is_some()),
+            ("value", op.value.is_some()),
             ("shape", op.shape.is_some()),
             ("perm", op.perm.is_some()),
             ("starts", op.starts.is_some()),
@@ -629,22 +631,41 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     op.op.span(),
                     format!(
                     "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, \
-                     reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow)"
+                     reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow, max, min, leaky_relu)"
                 ),
                 );
                 };
-                let exponent = if func == MapFn::Pow {
-                    only(&["op", "input", "output", "dtype", "exponent"])?;
-                    match &op.exponent {
-                        Some(e) if e.get_ref().is_finite() => *e.get_ref() as f32,
-                        Some(e) => {
-                            return cx.err(e.span(), format!("{}: must be a finite number", here("exponent")))
+                let exponent = match func.field() {
+                    Some(field) => {
+                        only(&["op", "input", "output", "dtype", field])?;
+                        let given = match field {
+                            "exponent" => &op.exponent,
+                            "alpha" => &op.alpha,
+                            _ => &op.value,
+                        };
+                        let ok = |v: f64| v.is_finite() && (func != MapFn::LeakyRelu || v <= 1.0);
+                        match given {
+                            Some(e) if ok(*e.get_ref()) => *e.get_ref() as f32,
+                            Some(e) => {
+                                let what = if func == MapFn::LeakyRelu {
+                                    "a finite number ≤ 1"
+                                } else {
+                                    "a finite number"
+                                };
+                                return cx.err(e.span(), format!("{}: must be {what}", here(field)));
+                            }
+                            None => {
+                                return cx.err(
+                                    sop.span(),
+                                    format!("op {i} ({}): missing field `{field}`", func.name()),
+                                )
+                            }
                         }
-                        None => return cx.err(sop.span(), format!("op {i} (pow): missing field `exponent`")),
                     }
-                } else {
-                    only(&["op", "input", "output", "dtype"])?;
-                    1.0
+                    None => {
+                        only(&["op", "input", "output", "dtype"])?;
+                        1.0
+                    }
                 };
                 let input = f16_input(&g, "f32 arithmetic")?;
                 push_f16(&mut g, input, OpKind::Map { input, func, exponent });

@@ -1,7 +1,9 @@
 //! Lowering ONNX nodes, in file order, onto the graph IR (docs/onnx.md "Steps"): the state, the
 //! node dispatch and the outputs here; folding, computed ops, views and matmuls in submodules.
 
+mod activations;
 mod compose;
+mod concat;
 mod fold_node;
 mod ops;
 mod runtime;
@@ -22,9 +24,11 @@ use std::rc::Rc;
 
 /// The ops the importer takes, for refusals.
 pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kernel, no padding), Add, Sub, Mul, Div, \
-Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal (fused where recognised: scalings, the tanh/erf GeLU, \
+Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, Clip, Max and Min (with constants), \
+HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
-LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast; \
+LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
+Concat (placement matmuls); \
 on constants and shapes also Shape, Gather, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
 

@@ -70,6 +70,10 @@ impl Lower<'_, '_> {
             | "Log" | "Sigmoid" => {
                 self.elementwise(node, ins, at)?
             }
+            "Concat" => self.concat(node, attrs, ins, at)?,
+            "Relu" | "LeakyRelu" | "Clip" | "Max" | "Min" | "HardSigmoid" | "HardSwish" => {
+                self.activation(node, attrs, ins, at)?
+            }
             "Gelu" => {
                 let r = need_r0()?;
                 let t = self.tensor(&r, at)?;
