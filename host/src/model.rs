@@ -76,6 +76,8 @@ pub struct ParamSpec {
 struct RawInput {
     dtype: Spanned<String>,
     shape: Spanned<Vec<i64>>,
+    /// Given as integer ids of this shape, written as one-hot rows (`crate::ids`).
+    one_hot: Option<Spanned<Vec<i64>>>,
 }
 
 #[derive(Deserialize)]
@@ -199,6 +201,23 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 inp.shape.span(),
                 format!("input `{name}`: shape must be a non-empty list of positive integers"),
             );
+        }
+        if let Some(ids) = &inp.one_hot {
+            // The rows of ids: f16, the ids' shape and the vocabulary size.
+            let i = ids.get_ref();
+            if dtype != DType::F16
+                || i.iter().any(|d| *d <= 0)
+                || shape.len() != i.len() + 1
+                || shape[..i.len()] != i[..]
+            {
+                return cx.err(
+                    ids.span(),
+                    format!(
+                        "input `{name}`: one_hot {i:?} must be the positive ids' shape, and the input f16 of that \
+                         shape and the vocabulary size"
+                    ),
+                );
+            }
         }
         g.tensors.push(Tensor {
             name: name.clone(),

@@ -60,13 +60,24 @@ fn simulate(
     inputs: BTreeMap<String, PathBuf>,
     out_dir: &Path,
 ) -> (ipu_host::session::RunOutcome, u64, String) {
+    let (pkg, toml) = package(model);
+    let out = run(&pkg, &mut common::device(64, 2), &run_options(inputs, out_dir)).expect("runs");
+    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{}: {out:?}", model.display());
+    (out, pkg.plan.predicted_cycles, toml)
+}
+
+/// Import `model` and build it for 64 tiles: the package and the model text.
+fn package(model: &Path) -> (Package, String) {
     let name = model.display();
     let imp = import(model, &ImportOptions::new()).unwrap_or_else(|e| panic!("{name}: import: {e}"));
     let opts = BuildOptions { threads: 2, ..BuildOptions::new(64) };
     let built = build_model(model.to_str().unwrap(), &imp.toml, Some(imp.params), &opts)
         .unwrap_or_else(|e| panic!("{name}: build: {e}"));
-    let pkg = Package::from_bytes(&built.bytes).expect("reads back");
-    let ro = RunOptions {
+    (Package::from_bytes(&built.bytes).expect("reads back"), imp.toml)
+}
+
+fn run_options(inputs: BTreeMap<String, PathBuf>, out_dir: &Path) -> RunOptions {
+    RunOptions {
         package_path: "m.ipuexe".into(),
         inputs,
         output_dir: Some(out_dir.to_path_buf()),
@@ -74,11 +85,7 @@ fn simulate(
         seed: 1,
         iterations: 1,
         profile: false,
-    };
-    let mut dev = common::device(64, 2);
-    let out = run(&pkg, &mut dev, &ro).expect("runs");
-    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{name}: {out:?}");
-    (out, pkg.plan.predicted_cycles, imp.toml)
+    }
 }
 
 /// Build and run fixture `name` on 64 tiles (bit-exact verdict); each output's cosine against
@@ -234,11 +241,8 @@ fn evaluate(bytes: &[u8], inputs: &[(&str, Vec<u64>, Vec<f32>)]) -> Result<(Stri
     let g = ipu_host::model::parse("m", &imp.toml).map_err(|e| e.to_string())?;
     let mut vals = ipu_host::params::from_values(&g, imp.params).map_err(|e| e.to_string())?;
     for (n, shape, v) in inputs {
-        let t = ipu_host::reference::HostTensor {
-            dtype: ipu_schema::DType::F32,
-            shape: shape.clone(),
-            data: v.clone(),
-        };
+        let dtype = g.find(n).map(|t| g.tensor(t).dtype).ok_or(format!("no input `{n}`"))?;
+        let t = ipu_host::reference::HostTensor { dtype, shape: shape.clone(), data: v.clone() };
         vals.insert(n.to_string(), t);
     }
     let ev = ipu_host::reference::evaluate(&g, &vals, &[], &[])?;
@@ -341,6 +345,50 @@ fn activations_the_kernels_do_not_compute_are_refused_naming_the_node() {
 }
 
 #[test]
+fn integer_inputs_are_taken_only_as_ids_of_embedding_lookups() {
+    let ids = |n: &str| proto::ValueInfoProto {
+        r#type: Some(proto::TypeProto {
+            tensor_type: Some(proto::TensorTypeProto {
+                elem_type: 7,
+                shape: Some(proto::TensorShapeProto {
+                    dim: [1, 4]
+                        .iter()
+                        .map(|d| proto::Dimension { dim_value: Some(*d), dim_param: None })
+                        .collect(),
+                }),
+            }),
+        }),
+        ..info(n, &[])
+    };
+    let with = |nodes: Vec<proto::NodeProto>| {
+        let bytes = model(nodes, vec![init("table", &[10, 8], vec![0.5; 80])], &[], &[1, 4, 8]);
+        let mut m = proto::ModelProto::decode(bytes.as_slice()).unwrap();
+        m.graph.as_mut().unwrap().input = vec![ids("ids")];
+        m.encode_to_vec()
+    };
+    let lookup = with(vec![node("Gather", "emb", &["table", "ids"], "y", vec![])]);
+    // Rows of ids 3, 0, 9, 3 of a table whose row k holds k + j/8.
+    let table: Vec<f32> = (0..80).map(|i| (i / 8) as f32 + (i % 8) as f32 / 8.0).collect();
+    let mut rows = vec![0f32; 40];
+    for (k, id) in [3, 0, 9, 3].iter().enumerate() {
+        rows[k * 10 + id] = 1.0;
+    }
+    let mut m = proto::ModelProto::decode(lookup.as_slice()).unwrap();
+    m.graph.as_mut().unwrap().initializer[0].float_data = table.clone();
+    let (toml, got) = evaluate(&m.encode_to_vec(), &[("ids", vec![1, 4, 10], rows)]).expect("a lookup");
+    assert!(toml.contains("one_hot = [1, 4]") && op_counts(&toml).get("matmul") == Some(&1), "{toml}");
+    let want: Vec<f32> = [3, 0, 9, 3].iter().flat_map(|id| table[id * 8..id * 8 + 8].to_vec()).collect();
+    assert_eq!(got, want);
+    let e =
+        evaluate(&with(vec![node("Cast", "c", &["ids"], "y", vec![int_attr("to", 1)])]), &[]).unwrap_err();
+    assert!(e.contains("input `ids`: read by node `c` (Cast)") && e.contains("token ids"), "{e}");
+    let e =
+        evaluate(&with(vec![node("Gather", "g1", &["table", "ids"], "y", vec![int_attr("axis", 1)])]), &[])
+            .unwrap_err();
+    assert!(e.contains("read by node `g1` (Gather)"), "{e}");
+}
+
+#[test]
 fn concat_of_computed_tensors_places_every_value_exactly() {
     // [1, 2, 32] computed + [1, 1, 32] constant + [1, 2, 32] computed along the token axis
     // (rows), and [2, 32] + [2, 32] computed along the last axis (columns).
@@ -406,4 +454,35 @@ fn concat_of_computed_tensors_places_every_value_exactly() {
     );
     let e = evaluate(&big, &[]).unwrap_err();
     assert!(e.contains("node `big_cat` (Concat, opset 18)") && e.contains("placement matrix"), "{e}");
+}
+
+#[test]
+fn bert_takes_int64_token_ids_and_matches_onnxruntime() {
+    // input_ids as an int64 `.npy`: the host writes their one-hot rows (the package's model text
+    // declares `one_hot`), the word-embedding lookup is one matmul with the table.
+    let ops = check("bert", 0.999);
+    assert_eq!(ops.get("tanh"), Some(&1), "the pooler's tanh: {ops:?}");
+    let toml = import(&dir().join("bert.onnx"), &ImportOptions::new()).expect("imports").toml;
+    let declared = "[inputs.\"input_ids\"]\ndtype = \"f16\"\nshape = [1, 16, 1000]\none_hot = [1, 16]\n";
+    assert!(toml.contains(declared), "{toml}");
+    // Without an ids file, `run` makes random ids (one 1 per row), and the verdict still holds.
+    let d = tempfile::tempdir().unwrap();
+    let (pkg, _) = package(&dir().join("bert.onnx"));
+    let out = run(&pkg, &mut common::device(64, 2), &run_options(BTreeMap::new(), d.path())).expect("runs");
+    assert!(out.numerical_pass && out.max_abs_error == 0.0, "{out:?}");
+    // An id outside the vocabulary, and ids of another shape or type, are refused by name.
+    let ids = std::fs::read(dir().join("bert.in.input_ids.npy")).unwrap();
+    let mut bad = ids.clone();
+    let n = bad.len();
+    bad[n - 8..].copy_from_slice(&1000i64.to_le_bytes());
+    let floats = std::fs::read(dir().join("vit.in.pixel_values.npy")).unwrap();
+    for (bytes, want) in [(bad, "id 1000 at position 15 is outside 0..1000"), (floats, "expected <i8 or <i4")]
+    {
+        let path = d.path().join("ids.npy");
+        std::fs::write(&path, bytes).unwrap();
+        let inputs = BTreeMap::from([("input_ids".to_string(), path)]);
+        let e =
+            run(&pkg, &mut common::device(64, 2), &run_options(inputs, d.path())).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains("ids.npy"), "{e}");
+    }
 }

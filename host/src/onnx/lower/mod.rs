@@ -5,6 +5,7 @@ mod activations;
 mod compose;
 mod concat;
 mod fold_node;
+mod lookup;
 mod ops;
 mod runtime;
 mod views;
@@ -29,7 +30,8 @@ HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
 LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
 Concat (placement matmuls); \
-on constants and shapes also Shape, Gather, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
+Gather of a constant table by INT64/INT32 token ids (an embedding lookup: one-hot rows written by the host, one matmul); \
+on constants and shapes also Shape, Gather, GatherElements, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
 
 /// The imported model: its text, its param values (f32), the FP8 scales chosen.
@@ -106,6 +108,8 @@ pub struct Lower<'a, 'b> {
     /// A composition is being written step by step (`compose.rs`): no scaling folds into a
     /// matmul's alpha.
     no_fold: bool,
+    /// Integer inputs held as one-hot rows (`lookup.rs`).
+    ids: BTreeSet<String>,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -149,6 +153,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             written: BTreeMap::new(),
             affine_open: BTreeMap::new(),
             uses_total: BTreeMap::new(),
+            ids: BTreeSet::new(),
         }
     }
 
@@ -212,9 +217,15 @@ impl<'a, 'b> Lower<'a, 'b> {
                     self.emit.input(&i.name, DType::F16, &shape);
                     i.name.clone()
                 }
+                data_type::INT64 | data_type::INT32 => {
+                    let width = self.ids_width(g, &i.name, &at)?;
+                    let r = self.ids_input(&i.name, &shape, width);
+                    self.vals.insert(i.name.clone(), Val::R(r));
+                    continue;
+                }
                 other => {
                     return Err(format!(
-                        "{at}: element type {} (inputs are FLOAT or FLOAT16)",
+                        "{at}: element type {} (inputs are FLOAT, FLOAT16, or INT64/INT32 token ids)",
                         data_type::name(other)
                     ))
                 }

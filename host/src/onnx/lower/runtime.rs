@@ -149,6 +149,7 @@ impl Lower<'_, '_> {
                 let shape = perm.iter().map(|p| r.shape.get(*p).copied().unwrap_or(0)).collect();
                 self.view(node, r, shape, Some(perm), at)?;
             }
+            "Gather" if matches!(ins.first(), Some(Some(Val::C(_)))) => self.lookup(node, attrs, ins, at)?,
             "Gather" | "Slice" | "Expand" => {
                 let r = need_r0()?;
                 let same = self.selects_everything(op, attrs, &r.shape, consts).map_err(|e| format!("{at}: {e}"))?;
