@@ -27,7 +27,12 @@ struct LightInput {
 
 /// The inputs of a package's model that are given as ids: name → the ids' shape.
 pub fn one_hot_inputs(pkg: &Package) -> BTreeMap<String, Vec<u64>> {
-    toml::from_str::<Light>(&pkg.info.model_source)
+    declared(&pkg.info.model_source)
+}
+
+/// The inputs of a model text that are given as ids: name → the ids' shape.
+pub fn declared(model_source: &str) -> BTreeMap<String, Vec<u64>> {
+    toml::from_str::<Light>(model_source)
         .map(|l| l.inputs.into_iter().filter_map(|(n, i)| Some((n, i.one_hot?))).collect())
         .unwrap_or_default()
 }

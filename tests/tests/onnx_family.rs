@@ -12,7 +12,7 @@
 mod common;
 
 use ipu_host::build::{build_model, BuildOptions};
-use ipu_host::onnx::{import, ImportOptions};
+use ipu_host::onnx::{import, ImportOptions, Weights};
 use ipu_host::package::Package;
 use ipu_host::session::{run, RunOptions};
 use std::collections::BTreeMap;
@@ -60,7 +60,16 @@ fn simulate(
     inputs: BTreeMap<String, PathBuf>,
     out_dir: &Path,
 ) -> (ipu_host::session::RunOutcome, u64, String) {
-    let (pkg, toml) = package(model);
+    simulate_with(model, &ImportOptions::new(), inputs, out_dir)
+}
+
+fn simulate_with(
+    model: &Path,
+    io: &ImportOptions,
+    inputs: BTreeMap<String, PathBuf>,
+    out_dir: &Path,
+) -> (ipu_host::session::RunOutcome, u64, String) {
+    let (pkg, toml) = package_with(model, io);
     let out = run(&pkg, &mut common::device(64, 2), &run_options(inputs, out_dir)).expect("runs");
     assert!(out.numerical_pass && out.max_abs_error == 0.0, "{}: {out:?}", model.display());
     (out, pkg.plan.predicted_cycles, toml)
@@ -68,8 +77,12 @@ fn simulate(
 
 /// Import `model` and build it for 64 tiles: the package and the model text.
 fn package(model: &Path) -> (Package, String) {
+    package_with(model, &ImportOptions::new())
+}
+
+fn package_with(model: &Path, io: &ImportOptions) -> (Package, String) {
     let name = model.display();
-    let imp = import(model, &ImportOptions::new()).unwrap_or_else(|e| panic!("{name}: import: {e}"));
+    let imp = import(model, io).unwrap_or_else(|e| panic!("{name}: import: {e}"));
     let opts = BuildOptions { threads: 2, ..BuildOptions::new(64) };
     let built = build_model(model.to_str().unwrap(), &imp.toml, Some(imp.params), &opts)
         .unwrap_or_else(|e| panic!("{name}: build: {e}"));
@@ -90,10 +103,20 @@ fn run_options(inputs: BTreeMap<String, PathBuf>, out_dir: &Path) -> RunOptions 
 
 /// Build and run fixture `name` on 64 tiles (bit-exact verdict); each output's cosine against
 /// onnxruntime, with the import's op counts.
-fn build_and_run(name: &str) -> (BTreeMap<String, f64>, BTreeMap<String, usize>) {
+fn build_and_run(name: &str, weights: Weights) -> (BTreeMap<String, f64>, BTreeMap<String, usize>) {
     let out_dir = tempfile::tempdir().unwrap();
-    let (out, predicted, toml) =
-        simulate(&dir().join(format!("{name}.onnx")), files(name, "in"), out_dir.path());
+    let model = dir().join(format!("{name}.onnx"));
+    let mut io = ImportOptions::new();
+    if weights == Weights::Fp8 {
+        // Calibrated on the fixture's input: the default calibration input (uniform in [−1, 1))
+        // is narrower than these images (|x| up to 4.4), and an FP8 value past the format's
+        // largest is NaN.
+        io.weights = weights;
+        io.activation_ranges = ipu_host::onnx::calibrate::ranges(&model, &io, &files(name, "in"), 0)
+            .expect("calibration")
+            .expect("given inputs");
+    }
+    let (out, predicted, toml) = simulate_with(&model, &io, files(name, "in"), out_dir.path());
     let mut cos = BTreeMap::new();
     for (o, file) in files(name, "ref") {
         let want = ipu_host::npy::read(&file).expect("reference");
@@ -102,14 +125,18 @@ fn build_and_run(name: &str) -> (BTreeMap<String, f64>, BTreeMap<String, usize>)
         cos.insert(o, cosine(&got.data, &want.data));
     }
     eprintln!(
-        "{name} on 64 tiles: simulated {} predicted {predicted} cosine vs onnxruntime {cos:?}",
+        "{name} ({weights:?}) on 64 tiles: simulated {} predicted {predicted} cosine vs onnxruntime {cos:?}",
         out.cycles[0]
     );
     (cos, op_counts(&toml))
 }
 
 fn check(name: &str, floor: f64) -> BTreeMap<String, usize> {
-    let (cos, ops) = build_and_run(name);
+    check_weights(name, Weights::F16, floor)
+}
+
+fn check_weights(name: &str, weights: Weights, floor: f64) -> BTreeMap<String, usize> {
+    let (cos, ops) = build_and_run(name, weights);
     for (o, c) in cos {
         assert!(c >= floor, "{name} {o}: cosine {c} < {floor}");
     }
@@ -139,6 +166,14 @@ fn vit_runs_and_matches_onnxruntime() {
     // scores, P·V, output, MLP up and down) and the pooler's dense.
     assert_eq!(ops.get("matmul"), Some(&(1 + 1 + 2 * 8 + 1)), "{ops:?}");
     assert_eq!(ops.get("tanh"), Some(&1), "the pooler's tanh: {ops:?}");
+}
+
+#[test]
+fn every_model_with_fp8_weights_matches_onnxruntime_within_the_fp8_floor() {
+    for name in ["mlp", "acts", "vit", "clip", "dinov2", "bert"] {
+        let ops = check_weights(name, Weights::Fp8, 0.99);
+        assert!(ops.get("cast").is_some_and(|n| *n > 2), "{name}: FP8 casts expected: {ops:?}");
+    }
 }
 
 #[test]
