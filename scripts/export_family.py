@@ -6,7 +6,12 @@ is large): its output for the default sizes is committed in tests/data/onnx/fami
 tests/tests/onnx_family.rs.
 
     python3 scripts/export_family.py OUT_DIR [--models mlp,acts,vit,clip,dinov2,bert]
-        [--image 64 --patch 16 --width 96 --layers 2 --heads 4 --tokens 16 --seed 0]
+        [--image 64 --patch 16 --width 96 --layers 2 --heads 4 --tokens 16 --seed 0 --attn eager]
+        [--suffix _sdpa]
+
+The committed fixtures: the default run (eager attention), and `--models vit,dinov2,bert --attn
+sdpa --suffix _sdpa` (transformers' default attention, which torch writes with a zero mask and a
+NaN guard around the softmax).
 
 For each model NAME writes OUT_DIR/NAME.onnx (weights inline when under 2 GB), its inputs
 OUT_DIR/NAME.in.INPUT.npy and onnxruntime's outputs OUT_DIR/NAME.ref.OUTPUT.npy. Weights are
@@ -80,11 +85,11 @@ def vision(kind, a):
     common = dict(image_size=a.image, patch_size=a.patch, hidden_size=a.width, num_hidden_layers=a.layers,
                   num_attention_heads=a.heads, intermediate_size=2 * a.width)
     if kind == "vit":
-        m = ViTModel(ViTConfig(**common, attn_implementation="eager"))
+        m = ViTModel(ViTConfig(**common, attn_implementation=a.attn))
     elif kind == "clip":
-        m = CLIPVisionModel(CLIPVisionConfig(**common, attn_implementation="eager"))
+        m = CLIPVisionModel(CLIPVisionConfig(**common, attn_implementation=a.attn))
     else:
-        m = Dinov2Model(Dinov2Config(**common, mlp_ratio=2, attn_implementation="eager"))
+        m = Dinov2Model(Dinov2Config(**common, mlp_ratio=2, attn_implementation=a.attn))
     return Outputs(randomise(m), "pixel_values"), torch.randn(1, 3, a.image, a.image), "pixel_values"
 
 
@@ -92,7 +97,7 @@ def bert(a):
     from transformers import BertConfig, BertModel
     cfg = BertConfig(vocab_size=1000, hidden_size=a.width, num_hidden_layers=a.layers,
                      num_attention_heads=a.heads, intermediate_size=2 * a.width, max_position_embeddings=64,
-                     attn_implementation="eager")
+                     attn_implementation=a.attn)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), dtype=torch.int64)
     return Outputs(randomise(BertModel(cfg)), "input_ids"), ids, "input_ids"
 
@@ -109,6 +114,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=18)
+    ap.add_argument("--attn", default="eager", help="transformers attn_implementation (eager or sdpa)")
+    ap.add_argument("--suffix", default="", help="appended to each file's model name (vit_sdpa.onnx, …)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -124,19 +131,20 @@ def main():
             (model, x, xin), outs = bert(a), ["last_hidden_state", "pooler_output"]
         else:
             (model, x, xin), outs = vision(name, a), ["last_hidden_state", "pooler_output"]
-        path = out / f"{name}.onnx"
+        stem = name + a.suffix
+        path = out / f"{stem}.onnx"
         torch.onnx.export(model, (x,), str(path), opset_version=a.opset, input_names=[xin], output_names=outs,
                           external_data=False)
-        np.save(out / f"{name}.in.{xin}.npy", x.numpy())
+        np.save(out / f"{stem}.in.{xin}.npy", x.numpy())
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
         with torch.no_grad():
             want = model(x)
         want = want if isinstance(want, tuple) else (want,)
         for o, g, w in zip([o.name for o in sess.get_outputs()], got, want):
-            np.save(out / f"{name}.ref.{o}.npy", g.astype(np.float32))
+            np.save(out / f"{stem}.ref.{o}.npy", g.astype(np.float32))
             d = np.abs(g - w.numpy()).max()
-            print(f"{name}: {o} {tuple(g.shape)}, onnxruntime vs torch max |diff| {d:.2e}")
+            print(f"{stem}: {o} {tuple(g.shape)}, onnxruntime vs torch max |diff| {d:.2e}")
 
 
 if __name__ == "__main__":

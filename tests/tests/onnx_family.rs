@@ -161,11 +161,19 @@ fn everyday_activations_run_and_match_onnxruntime() {
 
 #[test]
 fn vit_runs_and_matches_onnxruntime() {
-    let ops = check("vit", 0.999);
-    // The class token: one placement matmul beside the patch embedding, 8 per layer (Q, K, V,
-    // scores, P·V, output, MLP up and down) and the pooler's dense.
-    assert_eq!(ops.get("matmul"), Some(&(1 + 1 + 2 * 8 + 1)), "{ops:?}");
-    assert_eq!(ops.get("tanh"), Some(&1), "the pooler's tanh: {ops:?}");
+    // Eager attention, and transformers' default SDPA attention (torch writes a zero mask and a
+    // NaN guard around its softmax: the same ops once imported).
+    for name in ["vit", "vit_sdpa"] {
+        let ops = check(name, 0.999);
+        // The class token: one placement matmul beside the patch embedding, 8 per layer (Q, K,
+        // V, scores, P·V, output, MLP up and down) and the pooler's dense.
+        assert_eq!(ops.get("matmul"), Some(&(1 + 1 + 2 * 8 + 1)), "{name}: {ops:?}");
+        assert_eq!(ops.get("tanh"), Some(&1), "{name}: the pooler's tanh: {ops:?}");
+        assert_eq!(ops.get("softmax"), Some(&2), "{name}: {ops:?}");
+        // Per layer 6 biases (Q, K, V, output, MLP up and down) and 2 residuals; the patch bias,
+        // the class token, the position embedding, the pooler bias: no add of the zero mask.
+        assert_eq!(ops.get("add"), Some(&20), "{name}: {ops:?}");
+    }
 }
 
 #[test]
@@ -183,7 +191,9 @@ fn clip_vision_runs_and_matches_onnxruntime() {
 
 #[test]
 fn dinov2_runs_and_matches_onnxruntime() {
-    check("dinov2", 0.999);
+    for name in ["dinov2", "dinov2_sdpa"] {
+        check(name, 0.999);
+    }
 }
 
 // Hand-written graphs: which ops each new ONNX op imports to, its values in device precision,
@@ -424,6 +434,46 @@ fn integer_inputs_are_taken_only_as_ids_of_embedding_lookups() {
 }
 
 #[test]
+fn sdpa_guards_are_taken_only_in_their_exact_form() {
+    // Where(IsNaN(x), 0, x) is x; Add of zeros that keeps the shape is the tensor itself.
+    let x = ramp();
+    let zero = |n: &str, dims: &[i64]| init(n, dims, vec![0.0; dims.iter().product::<i64>() as usize]);
+    let guard = |else_: &str, zeros: &[i64]| {
+        model(
+            vec![
+                node("Add", "z", &["x", "zeros"], "xz", vec![]),
+                node("Exp", "e", &["xz"], "p", vec![]),
+                node("IsNaN", "nan", &["p"], "bad", vec![]),
+                node("Where", "guard", &["bad", "zero", else_], "y", vec![]),
+            ],
+            vec![init("zero", &[], vec![0.0]), zero("zeros", zeros)],
+            &[("x", &[2, 32])],
+            &[2, 32],
+        )
+    };
+    let (toml, got) = evaluate(&guard("p", &[1, 32]), &[("x", vec![2, 32], x.clone())]).expect("the guard");
+    assert_eq!(op_counts(&toml).get("add"), None, "{toml}");
+    for (v, g) in x.iter().zip(&got) {
+        let want = half::f16::from_f32(v.exp()).to_f32();
+        assert!((g - want).abs() <= 1e-3 * want, "exp({v}) = {g}, not {want}");
+    }
+    // The guard of another value, and zeros that widen the tensor, are not taken.
+    let e = evaluate(&guard("xz", &[1, 32]), &[]).unwrap_err();
+    assert!(e.contains("node `guard` (Where, opset 18)") && e.contains("NaN guard"), "{e}");
+    let e = evaluate(&guard("p", &[3, 2, 32]), &[]).unwrap_err();
+    assert!(!e.contains("panicked"), "{e}");
+    // IsNaN read by anything but its guard is refused.
+    let read = model(
+        vec![node("IsNaN", "nan", &["x"], "bad", vec![]), node("Neg", "n", &["bad"], "y", vec![])],
+        vec![],
+        &[("x", &[2, 32])],
+        &[2, 32],
+    );
+    let e = evaluate(&read, &[]).unwrap_err();
+    assert!(e.contains("an intermediate of a recognised pattern"), "{e}");
+}
+
+#[test]
 fn concat_of_computed_tensors_places_every_value_exactly() {
     // [1, 2, 32] computed + [1, 1, 32] constant + [1, 2, 32] computed along the token axis
     // (rows), and [2, 32] + [2, 32] computed along the last axis (columns).
@@ -495,8 +545,10 @@ fn concat_of_computed_tensors_places_every_value_exactly() {
 fn bert_takes_int64_token_ids_and_matches_onnxruntime() {
     // input_ids as an int64 `.npy`: the host writes their one-hot rows (the package's model text
     // declares `one_hot`), the word-embedding lookup is one matmul with the table.
-    let ops = check("bert", 0.999);
-    assert_eq!(ops.get("tanh"), Some(&1), "the pooler's tanh: {ops:?}");
+    for name in ["bert", "bert_sdpa"] {
+        let ops = check(name, 0.999);
+        assert_eq!(ops.get("tanh"), Some(&1), "{name}: the pooler's tanh: {ops:?}");
+    }
     let toml = import(&dir().join("bert.onnx"), &ImportOptions::new()).expect("imports").toml;
     let declared = "[inputs.\"input_ids\"]\ndtype = \"f16\"\nshape = [1, 16, 1000]\none_hot = [1, 16]\n";
     assert!(toml.contains(declared), "{toml}");

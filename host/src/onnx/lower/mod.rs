@@ -5,6 +5,7 @@ mod activations;
 mod compose;
 mod concat;
 mod fold_node;
+mod guards;
 mod lookup;
 mod ops;
 mod runtime;
@@ -29,7 +30,7 @@ Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, 
 HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
 LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
-Concat (placement matmuls); \
+Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards); \
 Gather of a constant table by INT64/INT32 token ids (an embedding lookup: one-hot rows written by the host, one matmul); \
 on constants and shapes also Shape, Gather, GatherElements, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
@@ -110,6 +111,8 @@ pub struct Lower<'a, 'b> {
     no_fold: bool,
     /// Integer inputs held as one-hot rows (`lookup.rs`).
     ids: BTreeSet<String>,
+    /// `IsNaN` outputs, by the value each tests (`guards.rs`).
+    nan_tests: BTreeMap<String, String>,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -154,6 +157,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             affine_open: BTreeMap::new(),
             uses_total: BTreeMap::new(),
             ids: BTreeSet::new(),
+            nan_tests: BTreeMap::new(),
         }
     }
 

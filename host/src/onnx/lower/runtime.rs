@@ -65,6 +65,9 @@ impl Lower<'_, '_> {
                 }
                 self.run(node, t, shape);
             }
+            "Add" if self.adds_zero(node, ins) => {}
+            "IsNaN" => self.is_nan(node, ins, at)?,
+            "Where" => self.where_node(node, ins, at)?,
             "Add" | "Mul" if self.fuse_affine(node, ins) => {}
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Neg" | "Abs" | "Reciprocal"
             | "Log" | "Sigmoid" => {
