@@ -5,7 +5,7 @@
 is large): its output for the default sizes is committed in tests/data/onnx/family/ and read by
 tests/tests/onnx_family.rs.
 
-    python3 scripts/export_family.py OUT_DIR [--models mlp,acts,vit,clip,dinov2,bert]
+    python3 scripts/export_family.py OUT_DIR [--models mlp,acts,vit,clip,dinov2,bert,bert_mask]
         [--image 64 --patch 16 --width 96 --layers 2 --heads 4 --tokens 16 --seed 0 --attn eager]
         [--suffix _sdpa]
 
@@ -52,6 +52,19 @@ class Outputs(torch.nn.Module):
         return out.last_hidden_state, out.pooler_output
 
 
+class Masked(torch.nn.Module):
+    """BertModel with an attention mask: (input_ids, attention_mask) → (last_hidden_state,
+    pooler_output)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids, attention_mask):
+        out = self.m(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state, out.pooler_output
+
+
 class Mlp(torch.nn.Module):
     """Linear → ReLU → Linear."""
 
@@ -93,19 +106,25 @@ def vision(kind, a):
     return Outputs(randomise(m), "pixel_values"), torch.randn(1, 3, a.image, a.image), "pixel_values"
 
 
-def bert(a):
+def bert(a, masked):
+    """BERT on token ids; with `masked`, also an attention mask whose last quarter is padding."""
     from transformers import BertConfig, BertModel
     cfg = BertConfig(vocab_size=1000, hidden_size=a.width, num_hidden_layers=a.layers,
                      num_attention_heads=a.heads, intermediate_size=2 * a.width, max_position_embeddings=64,
                      attn_implementation=a.attn)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), dtype=torch.int64)
-    return Outputs(randomise(BertModel(cfg)), "input_ids"), ids, "input_ids"
+    m = randomise(BertModel(cfg))
+    if not masked:
+        return Outputs(m, "input_ids"), (ids,), ["input_ids"]
+    mask = torch.ones(1, a.tokens, dtype=torch.int64)
+    mask[0, a.tokens - a.tokens // 4:] = 0
+    return Masked(m), (ids, mask), ["input_ids", "attention_mask"]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--models", default="mlp,acts,vit,clip,dinov2,bert")
+    ap.add_argument("--models", default="mlp,acts,vit,clip,dinov2,bert,bert_mask")
     ap.add_argument("--image", type=int, default=64)
     ap.add_argument("--patch", type=int, default=16)
     ap.add_argument("--width", type=int, default=96)
@@ -121,25 +140,28 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     for name in a.models.split(","):
         torch.manual_seed(a.seed)
+        outs = ["last_hidden_state", "pooler_output"]
         if name == "mlp":
-            model, x, xin = Mlp(a.width, 2 * a.width).eval(), torch.randn(a.tokens, a.width), "x"
+            model, xs, names = Mlp(a.width, 2 * a.width).eval(), (torch.randn(a.tokens, a.width),), ["x"]
             outs = ["y"]
         elif name == "acts":
-            model, x, xin = Acts(a.width).eval(), torch.randn(1, a.tokens, a.width), "x"
+            model, xs, names = Acts(a.width).eval(), (torch.randn(1, a.tokens, a.width),), ["x"]
             outs = ["y"]
-        elif name == "bert":
-            (model, x, xin), outs = bert(a), ["last_hidden_state", "pooler_output"]
+        elif name in ("bert", "bert_mask"):
+            model, xs, names = bert(a, name == "bert_mask")
         else:
-            (model, x, xin), outs = vision(name, a), ["last_hidden_state", "pooler_output"]
+            model, x, xin = vision(name, a)
+            xs, names = (x,), [xin]
         stem = name + a.suffix
         path = out / f"{stem}.onnx"
-        torch.onnx.export(model, (x,), str(path), opset_version=a.opset, input_names=[xin], output_names=outs,
+        torch.onnx.export(model, xs, str(path), opset_version=a.opset, input_names=names, output_names=outs,
                           external_data=False)
-        np.save(out / f"{stem}.in.{xin}.npy", x.numpy())
+        for n, x in zip(names, xs):
+            np.save(out / f"{stem}.in.{n}.npy", x.numpy())
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        got = sess.run(None, {n: x.numpy() for n, x in zip(names, xs)})
         with torch.no_grad():
-            want = model(x)
+            want = model(*xs)
         want = want if isinstance(want, tuple) else (want,)
         for o, g, w in zip([o.name for o in sess.get_outputs()], got, want):
             np.save(out / f"{stem}.ref.{o}.npy", g.astype(np.float32))

@@ -4,7 +4,8 @@
 //! takes the integer ids (`<i8` or `<i4`) and the host writes their rows; an embedding lookup is
 //! then the matmul of those rows with the table, exact in f16 (one product per output). The
 //! model text carries the declaration, so the package records how its input is made; the host
-//! reference is given the same rows.
+//! reference is given the same rows. An input declared `integer = true` (f32) is given as
+//! integers too and written as their values (BERT's attention mask).
 
 use crate::package::Package;
 use crate::reference::HostTensor;
@@ -23,18 +24,82 @@ struct Light {
 #[derive(Deserialize)]
 struct LightInput {
     one_hot: Option<Vec<u64>>,
+    integer: Option<bool>,
 }
 
-/// The inputs of a package's model that are given as ids: name → the ids' shape.
-pub fn one_hot_inputs(pkg: &Package) -> BTreeMap<String, Vec<u64>> {
-    declared(&pkg.info.model_source)
+/// How `run` takes an input that the model text declares as integer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Integer {
+    /// Token ids of this shape, written as their one-hot rows (`one_hot`).
+    OneHot(Vec<u64>),
+    /// Integers written as f32 values (`integer = true`: an attention mask of 0/1).
+    Values,
 }
 
-/// The inputs of a model text that are given as ids: name → the ids' shape.
-pub fn declared(model_source: &str) -> BTreeMap<String, Vec<u64>> {
+/// The integer inputs of a model text, by name.
+pub fn integer_inputs(model_source: &str) -> BTreeMap<String, Integer> {
     toml::from_str::<Light>(model_source)
-        .map(|l| l.inputs.into_iter().filter_map(|(n, i)| Some((n, i.one_hot?))).collect())
+        .map(|l| {
+            l.inputs
+                .into_iter()
+                .filter_map(|(n, i)| match (i.one_hot, i.integer) {
+                    (Some(shape), _) => Some((n, Integer::OneHot(shape))),
+                    (None, Some(true)) => Some((n, Integer::Values)),
+                    _ => None,
+                })
+                .collect()
+        })
         .unwrap_or_default()
+}
+
+/// Integers larger than this are not exact in f32.
+pub const MAX_EXACT: i64 = 1 << 24;
+
+/// The input for binding `b` from `path`, as `kind` says: one-hot rows of ids, or the integers'
+/// values (exact in f32: at most 2^24 in magnitude).
+pub fn read_as(b: &Binding, kind: &Integer, path: &Path) -> Result<HostTensor, String> {
+    match kind {
+        Integer::OneHot(shape) => read(b, shape, path),
+        Integer::Values => {
+            let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let (shape, v) =
+                crate::npy::ids_from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            if shape != b.shape {
+                return Err(format!(
+                    "{}: input `{}` takes integers of shape {:?} (<i8 or <i4), the file holds {shape:?}",
+                    path.display(),
+                    b.name,
+                    b.shape
+                ));
+            }
+            if let Some((k, x)) = v.iter().enumerate().find(|(_, x)| x.abs() > MAX_EXACT) {
+                return Err(format!(
+                    "{}: input `{}`: {x} at position {k} is not exact in f32",
+                    path.display(),
+                    b.name
+                ));
+            }
+            Ok(HostTensor { dtype: b.dtype, shape, data: v.iter().map(|x| *x as f32).collect() })
+        }
+    }
+}
+
+/// Deterministic values for binding `b` as `kind` says: random ids, or random 0/1 values (a
+/// mask).
+pub fn generated_as(b: &Binding, kind: &Integer, seed: u64) -> HostTensor {
+    match kind {
+        Integer::OneHot(shape) => generated(b, shape, seed),
+        Integer::Values => {
+            let mut t = crate::session::generated(b, seed);
+            t.data.iter_mut().for_each(|x| *x = if *x < 0.0 { 0.0 } else { 1.0 });
+            t
+        }
+    }
+}
+
+/// The integer inputs of a package's model, by name.
+pub fn of_package(pkg: &Package) -> BTreeMap<String, Integer> {
+    integer_inputs(&pkg.info.model_source)
 }
 
 /// The one-hot rows of `ids` for binding `b` (shape: the ids' shape and the vocabulary size).

@@ -78,6 +78,8 @@ struct RawInput {
     shape: Spanned<Vec<i64>>,
     /// Given as integer ids of this shape, written as one-hot rows (`crate::ids`).
     one_hot: Option<Spanned<Vec<i64>>>,
+    /// Given as integers, written as their f32 values (`crate::ids`).
+    integer: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -201,6 +203,14 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 inp.shape.span(),
                 format!("input `{name}`: shape must be a non-empty list of positive integers"),
             );
+        }
+        if let Some(int) = inp.integer.as_ref().filter(|i| *i.get_ref()) {
+            if dtype != DType::F32 || inp.one_hot.is_some() {
+                return cx.err(
+                    int.span(),
+                    format!("input `{name}`: integer = true needs dtype f32 and no one_hot"),
+                );
+            }
         }
         if let Some(ids) = &inp.one_hot {
             // The rows of ids: f16, the ids' shape and the vocabulary size.

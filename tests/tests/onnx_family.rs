@@ -390,6 +390,54 @@ fn activations_the_kernels_do_not_compute_are_refused_naming_the_node() {
 }
 
 #[test]
+fn bert_with_an_attention_mask_matches_onnxruntime_and_the_mask_counts() {
+    // attention_mask (int64, the last 4 of 16 tokens padding) is an integer input written as its
+    // values; torch's Cast/GatherND/And/Where become the additive mask of the scores.
+    for name in ["bert_mask", "bert_mask_sdpa"] {
+        let ops = check(name, 0.999);
+        assert!(ops.contains_key("min") && ops.contains_key("abs"), "{name}: the mask's cast: {ops:?}");
+    }
+    let toml = import(&dir().join("bert_mask.onnx"), &ImportOptions::new()).expect("imports").toml;
+    assert!(
+        toml.contains("[inputs.\"attention_mask\"]\ndtype = \"f32\"\nshape = [1, 16]\ninteger = true\n"),
+        "{toml}"
+    );
+    // The same run with every token attended is far from the masked reference (a cosine over
+    // the residual stream barely moves; the largest error does): the mask is used.
+    let d = tempfile::tempdir().unwrap();
+    let want = ipu_host::npy::read(&dir().join("bert_mask.ref.last_hidden_state.npy")).unwrap();
+    let worst = |out: &Path| {
+        let got = ipu_host::npy::read(&out.join("last_hidden_state.npy")).unwrap();
+        got.data.iter().zip(&want.data).fold(0f32, |m, (g, w)| m.max((g - w).abs()))
+    };
+    let masked_dir = d.path().join("masked");
+    simulate(&dir().join("bert_mask.onnx"), files("bert_mask", "in"), &masked_dir);
+    let masked = worst(&masked_dir);
+    let mut ones = std::fs::read(dir().join("bert_mask.in.attention_mask.npy")).unwrap();
+    let n = ones.len();
+    for k in 0..16 {
+        ones[n - 128 + 8 * k..n - 120 + 8 * k].copy_from_slice(&1i64.to_le_bytes());
+    }
+    let path = d.path().join("ones.npy");
+    std::fs::write(&path, ones).unwrap();
+    let mut inputs = files("bert_mask", "in");
+    inputs.insert("attention_mask".into(), path.clone());
+    let out_dir = d.path().join("out");
+    simulate(&dir().join("bert_mask.onnx"), inputs, &out_dir);
+    let unmasked = worst(&out_dir);
+    assert!(unmasked > 4.0 * masked, "largest error with the mask {masked}, without {unmasked}");
+    // A mask value too large for f32 is refused by name.
+    let mut big = std::fs::read(dir().join("bert_mask.in.attention_mask.npy")).unwrap();
+    big[n - 8..].copy_from_slice(&(1i64 << 30).to_le_bytes());
+    std::fs::write(&path, big).unwrap();
+    let (pkg, _) = package(&dir().join("bert_mask.onnx"));
+    let mut inputs = files("bert_mask", "in");
+    inputs.insert("attention_mask".into(), path);
+    let e = run(&pkg, &mut common::device(64, 2), &run_options(inputs, &out_dir)).unwrap_err().to_string();
+    assert!(e.contains("input `attention_mask`: 1073741824 at position 15 is not exact in f32"), "{e}");
+}
+
+#[test]
 fn integer_inputs_are_taken_only_as_ids_of_embedding_lookups() {
     let ids = |n: &str| proto::ValueInfoProto {
         r#type: Some(proto::TypeProto {
@@ -424,13 +472,28 @@ fn integer_inputs_are_taken_only_as_ids_of_embedding_lookups() {
     assert!(toml.contains("one_hot = [1, 4]") && op_counts(&toml).get("matmul") == Some(&1), "{toml}");
     let want: Vec<f32> = [3, 0, 9, 3].iter().flat_map(|id| table[id * 8..id * 8 + 8].to_vec()).collect();
     assert_eq!(got, want);
-    let e =
-        evaluate(&with(vec![node("Cast", "c", &["ids"], "y", vec![int_attr("to", 1)])]), &[]).unwrap_err();
-    assert!(e.contains("input `ids`: read by node `c` (Cast)") && e.contains("token ids"), "{e}");
+    // Read by a lookup and by another node: refused; read by no lookup: its values.
+    let both = with(vec![
+        node("Gather", "emb", &["table", "ids"], "e", vec![]),
+        node("Cast", "c", &["ids"], "f", vec![int_attr("to", 1)]),
+        node("Add", "a", &["e", "f"], "y", vec![]),
+    ]);
+    let e = evaluate(&both, &[]).unwrap_err();
+    assert!(e.contains("input `ids`: read by node `c` (Cast) and by embedding lookups"), "{e}");
+    let values = with(vec![node("Cast", "c", &["ids"], "y", vec![int_attr("to", 1)])]);
+    let toml = import_bytes(&values).expect("integer values");
+    assert!(toml.contains("shape = [1, 4]\ninteger = true"), "{toml}");
     let e =
         evaluate(&with(vec![node("Gather", "g1", &["table", "ids"], "y", vec![int_attr("axis", 1)])]), &[])
             .unwrap_err();
-    assert!(e.contains("read by node `g1` (Gather)"), "{e}");
+    assert!(e.contains("node `g1` (Gather") && e.contains("embedding lookup"), "{e}");
+}
+
+fn import_bytes(bytes: &[u8]) -> Result<String, String> {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("m.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    import(&path, &ImportOptions::new()).map(|i| i.toml)
 }
 
 #[test]

@@ -37,7 +37,7 @@ pub fn ranges(
         }
     }
     // Token ids (`one_hot` inputs) are given and generated as ids, as `run` takes them.
-    let ids = crate::ids::declared(&imp.toml);
+    let ids = crate::ids::integer_inputs(&imp.toml);
     for id in &g.inputs {
         let t = g.tensor(*id);
         let b = Binding {
@@ -51,8 +51,8 @@ pub fn ranges(
         };
         let seed = crate::session::iteration_seed(1, 1);
         let value = match (given.get(&t.name), ids.get(&t.name)) {
-            (Some(file), Some(shape)) => {
-                crate::ids::read(&b, shape, file).map_err(|e| format!("--calibrate {}: {e}", t.name))?
+            (Some(file), Some(kind)) => {
+                crate::ids::read_as(&b, kind, file).map_err(|e| format!("--calibrate {}: {e}", t.name))?
             }
             (Some(file), None) => {
                 let v = crate::npy::read(file).map_err(|e| format!("--calibrate {}: {e}", t.name))?;
@@ -67,7 +67,7 @@ pub fn ranges(
                 }
                 HostTensor { dtype: t.dtype, shape: v.shape, data: v.data }
             }
-            (None, Some(shape)) => crate::ids::generated(&b, shape, seed),
+            (None, Some(kind)) => crate::ids::generated_as(&b, kind, seed),
             (None, None) => crate::session::generated(&b, seed),
         };
         vals.insert(t.name.clone(), value);

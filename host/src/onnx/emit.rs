@@ -90,6 +90,15 @@ impl Emit {
         );
     }
 
+    /// Declare an input given as integers and held as their f32 values (`crate::ids`).
+    pub fn integer_input(&mut self, name: &str, shape: &[u64]) {
+        let _ = writeln!(
+            self.inputs,
+            "[inputs.{}]\ndtype = \"f32\"\nshape = {shape:?}\ninteger = true\n",
+            quote(name)
+        );
+    }
+
     /// Declare an input given as integer ids of shape `ids`, held as their f16 one-hot rows of
     /// `width` values (`crate::ids`).
     pub fn ids_input(&mut self, name: &str, ids: &[u64], width: u64) {

@@ -638,7 +638,10 @@ fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f
             let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
             row.iter().map(move |v| {
                 let p = (v - mx).exp() / s;
-                (p, p * r + underflow_error(out))
+                // An unbounded input error leaves every weight unbounded, even one whose exact
+                // value is 0 (a masked key: 0·∞ would be NaN).
+                let b = if r.is_infinite() { f64::INFINITY } else { p * r + underflow_error(out) };
+                (p, b)
             })
         })
         .unzip()

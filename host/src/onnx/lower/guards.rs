@@ -7,7 +7,8 @@
 //! - `Where(IsNaN(x), c, x)` with a constant `c` is `x` where `x` is not NaN; it is taken as
 //!   `x`, so a NaN stays NaN on the chip (the verdict counts non-finite outputs) where the model
 //!   would write `c`. A softmax of finite scores is never NaN, and only a mask of −∞ over a whole
-//!   row makes one. `IsNaN` read by anything else is refused.
+//!   row makes one. `IsNaN` read by anything else is refused; any other `Where` is a mask's
+//!   (`masks.rs`).
 
 use super::*;
 
@@ -55,10 +56,7 @@ impl Lower<'_, '_> {
                 self.define(node, 0, Val::R(x.clone()));
                 Ok(())
             }
-            _ => Err(format!(
-                "{at}: Where of computed tensors is supported as the NaN guard Where(IsNaN(x), constant, x) \
-                 that torch writes after an attention's softmax"
-            )),
+            _ => self.where_mask(node, ins, at),
         }
     }
 }

@@ -7,39 +7,36 @@
 use super::*;
 
 impl Lower<'_, '_> {
-    /// The vocabulary size of integer input `name`: every node that reads it must be a `Gather`
-    /// (axis 0) of a constant `[V, D]` initializer by it, all with the same `V`.
-    pub(super) fn ids_width(&self, g: &GraphProto, name: &str, at: &str) -> Result<u64, String> {
-        let mut width = None;
+    /// The vocabulary size of integer input `name` when every node that reads it is a `Gather`
+    /// (axis 0) of a constant `[V, D]` initializer by it, all with the same `V`; `None` when no
+    /// node looks it up (its values are read: an attention mask, `masks.rs`). Both at once are
+    /// refused.
+    pub(super) fn ids_width(&self, g: &GraphProto, name: &str, at: &str) -> Result<Option<u64>, String> {
+        let mut widths = BTreeSet::new();
+        let mut others = Vec::new();
         for n in g.node.iter().filter(|n| n.input.iter().any(|i| i == name)) {
             let table = n.input.first().and_then(|t| self.pending.get(t)).filter(|t| t.dims.len() == 2);
             let axis = Attrs(&n.attribute).int("axis").unwrap_or(0);
-            let rows = match table {
+            match table {
                 Some(t)
                     if n.op_type == "Gather" && n.input.get(1).is_some_and(|i| i == name) && axis == 0 =>
                 {
-                    t.dims[0].max(0) as u64
+                    widths.insert(t.dims[0].max(0) as u64);
                 }
-                _ => {
-                    return Err(format!(
-                        "{at}: read by node `{}` ({}): an integer input is supported as token ids that only \
-                         Gathers (axis 0) of constant [rows, width] tables read (embedding lookups)",
-                        n.name, n.op_type
-                    ))
-                }
-            };
-            if width.is_some_and(|w| w != rows) {
-                return Err(format!(
-                    "{at}: looked up in tables of {} and {rows} rows (node `{}`): one vocabulary per ids input is supported",
-                    width.unwrap_or(0),
-                    n.name
-                ));
+                _ => others.push(n),
             }
-            width = Some(rows);
         }
-        match width {
-            Some(w) if w > 0 => Ok(w),
-            _ => Err(format!("{at}: an integer input that no embedding lookup reads is not supported")),
+        match (widths.len(), others.first()) {
+            (0, _) => Ok(None),
+            (1, None) => Ok(widths.first().copied().filter(|w| *w > 0)),
+            (1, Some(n)) => Err(format!(
+                "{at}: read by node `{}` ({}) and by embedding lookups: an integer input is supported as token ids \
+                 that only Gathers (axis 0) of constant [rows, width] tables read, or as values no lookup reads",
+                n.name, n.op_type
+            )),
+            _ => Err(format!(
+                "{at}: looked up in tables of {widths:?} rows: one vocabulary per ids input is supported"
+            )),
         }
     }
 

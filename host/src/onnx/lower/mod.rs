@@ -7,6 +7,7 @@ mod concat;
 mod fold_node;
 mod guards;
 mod lookup;
+mod masks;
 mod ops;
 mod runtime;
 mod views;
@@ -30,9 +31,10 @@ Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, 
 HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
 LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
-Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards); \
+Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards), \
+an attention mask (an integer input, Cast to BOOL, GatherND as a reshape, And, Where with constants); \
 Gather of a constant table by INT64/INT32 token ids (an embedding lookup: one-hot rows written by the host, one matmul); \
-on constants and shapes also Shape, Gather, GatherElements, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
+on constants and shapes also Shape, Gather, GatherElements, GatherND, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
 
 /// The imported model: its text, its param values (f32), the FP8 scales chosen.
@@ -113,6 +115,9 @@ pub struct Lower<'a, 'b> {
     ids: BTreeSet<String>,
     /// `IsNaN` outputs, by the value each tests (`guards.rs`).
     nan_tests: BTreeMap<String, String>,
+    /// Values that hold integers, and booleans (0 or 1), by ONNX name (`masks.rs`).
+    ints: BTreeSet<String>,
+    bools: BTreeSet<String>,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -158,6 +163,8 @@ impl<'a, 'b> Lower<'a, 'b> {
             uses_total: BTreeMap::new(),
             ids: BTreeSet::new(),
             nan_tests: BTreeMap::new(),
+            ints: BTreeSet::new(),
+            bools: BTreeSet::new(),
         }
     }
 
@@ -221,12 +228,28 @@ impl<'a, 'b> Lower<'a, 'b> {
                     self.emit.input(&i.name, DType::F16, &shape);
                     i.name.clone()
                 }
-                data_type::INT64 | data_type::INT32 => {
-                    let width = self.ids_width(g, &i.name, &at)?;
-                    let r = self.ids_input(&i.name, &shape, width);
-                    self.vals.insert(i.name.clone(), Val::R(r));
-                    continue;
-                }
+                data_type::INT64 | data_type::INT32 => match self.ids_width(g, &i.name, &at)? {
+                    Some(width) => {
+                        let r = self.ids_input(&i.name, &shape, width);
+                        self.vals.insert(i.name.clone(), Val::R(r));
+                        continue;
+                    }
+                    None => {
+                        // Values (an attention mask): f32 on the host, f16 on the chip.
+                        self.emit.integer_input(&i.name, &shape);
+                        self.ints.insert(i.name.clone());
+                        let t = self.emit.fresh(&format!("{}_f16", i.name));
+                        self.emit.op(
+                            "cast",
+                            &[
+                                ("input", Field::S(i.name.clone())),
+                                ("output", Field::S(t.clone())),
+                                ("dtype", s("f16")),
+                            ],
+                        );
+                        t
+                    }
+                },
                 other => {
                     return Err(format!(
                         "{at}: element type {} (inputs are FLOAT, FLOAT16, or INT64/INT32 token ids)",
@@ -531,6 +554,7 @@ impl<'a, 'b> Lower<'a, 'b> {
             return Ok(());
         }
         self.runtime(node, &attrs, &ins, &consts, &at)?;
+        self.carry_kinds(node);
         // Shapes come from the file: a computed tensor too large to count is refused here, before
         // any later step multiplies its sizes (the model parser then bounds it by the chip).
         for o in &node.output {

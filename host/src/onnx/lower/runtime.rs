@@ -21,6 +21,9 @@ impl Lower<'_, '_> {
             || r0.clone().ok_or_else(|| format!("{at}: the first input must be computed on the chip"));
         match op {
             "Identity" | "Dropout" => self.define(node, 0, Val::R(need_r0()?)),
+            "Cast" if attrs.int("to") == Some(data_type::BOOL as i64) => self.cast_bool(node, need_r0()?, at)?,
+            "GatherND" => self.gather_nd_node(node, attrs, ins, at)?,
+            "And" => self.and(node, ins, at)?,
             "Cast" => {
                 let to = attrs.int("to").unwrap_or(0) as i32;
                 if !matches!(to, data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE) {
