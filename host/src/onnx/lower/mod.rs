@@ -449,7 +449,10 @@ impl<'a, 'b> Lower<'a, 'b> {
             }
             return Ok(());
         }
-        self.runtime(node, &attrs, &ins, &consts, &at)?;
+        // Every error names the node (some helpers' messages do not: an axis out of range).
+        if let Err(e) = self.runtime(node, &attrs, &ins, &consts, &at) {
+            return Err(if e.starts_with(self.file) { e } else { format!("{at}: {e}") });
+        }
         self.carry_kinds(node);
         // Shapes come from the file: a computed tensor too large to count is refused here, before
         // any later step multiplies its sizes (the model parser then bounds it by the chip).
