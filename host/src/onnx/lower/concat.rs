@@ -9,7 +9,9 @@
 //! - `outer` = 1 (a batch of one, the token axis): parts viewed as `[n_k, inner]`, placed by
 //!   `S_k·X_k` with `S_k` of `[N, n_k]` (one 1 per row);
 //! - otherwise: parts viewed as `[outer, n_k·inner]`, placed by `X_k·T_k` with `T_k` of
-//!   `[n_k·inner, N·inner]`, refused when that matrix is larger than [`MAX_PLACEMENT`] values.
+//!   `[n_k·inner, N·inner]`.
+//!
+//! Either matrix is refused when larger than [`MAX_PLACEMENT`] values.
 
 use super::*;
 
@@ -69,6 +71,15 @@ impl Lower<'_, '_> {
                         .emit_view(&t, &r.shape, &part_flat(nk), None, &format!("{base}_part"))
                         .map_err(|e| format!("{at}: {e}"))?;
                     let placed = self.emit.fresh(&format!("{base}_placed"));
+                    let (k, m) = if rows { (n, nk) } else { (nk * inner, n * inner) };
+                    if k.saturating_mul(m) > MAX_PLACEMENT {
+                        return Err(format!(
+                            "{at}: Concat along axis {ax} of {:?} ({outer} rows before the axis): its placement \
+                             matrix would be {k} × {m} values (at most {MAX_PLACEMENT}); supported: the token axis \
+                             of up to ~1000 tokens, or a small concatenation along another axis",
+                            r.shape
+                        ));
+                    }
                     let (a, b) = if rows {
                         let mut s = vec![0f32; (n * nk) as usize];
                         for i in 0..nk {
@@ -77,15 +88,6 @@ impl Lower<'_, '_> {
                         let s = self.emit.param(&format!("{base}_place"), DType::F16, 0, vec![n, nk], s);
                         (s, x)
                     } else {
-                        let (k, m) = (nk * inner, n * inner);
-                        if k * m > MAX_PLACEMENT {
-                            return Err(format!(
-                                "{at}: Concat along axis {ax} of {:?} with {outer} rows before it: its placement matrix \
-                                 would be {k} × {m} values (at most {MAX_PLACEMENT}); supported: a concatenation \
-                                 along the first axis that is not a leading 1 (the token axis), or a small one",
-                                r.shape
-                            ));
-                        }
                         let mut s = vec![0f32; (k * m) as usize];
                         for j in 0..k {
                             s[(j * m + off * inner + j) as usize] = 1.0;
