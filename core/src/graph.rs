@@ -71,7 +71,8 @@ pub enum OpKind {
         input: TensorId,
         /// Which function.
         func: MapFn,
-        /// The exponent of `MapFn::Pow`; 1 for every other function.
+        /// The function's constant (`MapFn::field`): the exponent of `Pow`, the bound of `Max` and
+        /// `Min`, the slope of `LeakyRelu`; 1 for every other function.
         exponent: f32,
     },
     /// Layer normalisation over the last axis, f16 in and out, statistics in f32
@@ -183,11 +184,17 @@ pub enum MapFn {
     Erf,
     /// `x^c = e^{c·ln x}` for a constant `c` (NaN below 0: integer powers are products instead).
     Pow,
+    /// `max(x, c)` for a constant `c` (maxNum: a NaN input gives `c`); `relu` is `max(x, 0)`.
+    Max,
+    /// `min(x, c) = −max(−x, −c)` for a constant `c` (a NaN input gives `c`).
+    Min,
+    /// `max(x, α·x)`: `x` for x ≥ 0, `α·x` below, for a constant slope `α ≤ 1`.
+    LeakyRelu,
 }
 
 impl MapFn {
     /// Every function, in the order of the model-file names.
-    pub const ALL: [MapFn; 9] = [
+    pub const ALL: [MapFn; 12] = [
         MapFn::Tanh,
         MapFn::Sigmoid,
         MapFn::Exp,
@@ -197,6 +204,9 @@ impl MapFn {
         MapFn::Abs,
         MapFn::Erf,
         MapFn::Pow,
+        MapFn::Max,
+        MapFn::Min,
+        MapFn::LeakyRelu,
     ];
 
     /// The model-file name (`op = "tanh"`).
@@ -211,6 +221,19 @@ impl MapFn {
             MapFn::Abs => "abs",
             MapFn::Erf => "erf",
             MapFn::Pow => "pow",
+            MapFn::Max => "max",
+            MapFn::Min => "min",
+            MapFn::LeakyRelu => "leaky_relu",
+        }
+    }
+
+    /// The model-file field of the function's constant, if it takes one.
+    pub fn field(self) -> Option<&'static str> {
+        match self {
+            MapFn::Pow => Some("exponent"),
+            MapFn::Max | MapFn::Min => Some("value"),
+            MapFn::LeakyRelu => Some("alpha"),
+            _ => None,
         }
     }
 

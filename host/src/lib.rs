@@ -6,6 +6,7 @@ pub mod build;
 pub mod device;
 pub mod devices;
 pub mod fuzz;
+pub mod ids;
 pub mod inspect;
 pub mod lock;
 pub mod model;

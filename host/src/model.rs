@@ -76,6 +76,10 @@ pub struct ParamSpec {
 struct RawInput {
     dtype: Spanned<String>,
     shape: Spanned<Vec<i64>>,
+    /// Given as integer ids of this shape, written as one-hot rows (`crate::ids`).
+    one_hot: Option<Spanned<Vec<i64>>>,
+    /// Given as integers, written as their f32 values (`crate::ids`).
+    integer: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +101,7 @@ struct RawOp {
     beta: Option<Spanned<String>>,
     eps: Option<Spanned<f64>>,
     exponent: Option<Spanned<f64>>,
+    value: Option<Spanned<f64>>,
     shape: Option<Spanned<Vec<i64>>>,
     perm: Option<Spanned<Vec<i64>>>,
     starts: Option<Spanned<Vec<i64>>>,
@@ -199,6 +204,31 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 format!("input `{name}`: shape must be a non-empty list of positive integers"),
             );
         }
+        if let Some(int) = inp.integer.as_ref().filter(|i| *i.get_ref()) {
+            if dtype != DType::F32 || inp.one_hot.is_some() {
+                return cx.err(
+                    int.span(),
+                    format!("input `{name}`: integer = true needs dtype f32 and no one_hot"),
+                );
+            }
+        }
+        if let Some(ids) = &inp.one_hot {
+            // The rows of ids: f16, the ids' shape and the vocabulary size.
+            let i = ids.get_ref();
+            if dtype != DType::F16
+                || i.iter().any(|d| *d <= 0)
+                || shape.len() != i.len() + 1
+                || shape[..i.len()] != i[..]
+            {
+                return cx.err(
+                    ids.span(),
+                    format!(
+                        "input `{name}`: one_hot {i:?} must be the positive ids' shape, and the input f16 of that \
+                         shape and the vocabulary size"
+                    ),
+                );
+            }
+        }
         g.tensors.push(Tensor {
             name: name.clone(),
             dtype,
@@ -292,6 +322,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
             ("eps", op.eps.is_some()),
             ("approximate", op.approximate.is_some()),
             ("exponent", op.exponent.is_some()),
+            ("value", op.value.is_some()),
             ("shape", op.shape.is_some()),
             ("perm", op.perm.is_some()),
             ("starts", op.starts.is_some()),
@@ -629,22 +660,41 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                     op.op.span(),
                     format!(
                     "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, \
-                     reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow)"
+                     reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow, max, min, leaky_relu)"
                 ),
                 );
                 };
-                let exponent = if func == MapFn::Pow {
-                    only(&["op", "input", "output", "dtype", "exponent"])?;
-                    match &op.exponent {
-                        Some(e) if e.get_ref().is_finite() => *e.get_ref() as f32,
-                        Some(e) => {
-                            return cx.err(e.span(), format!("{}: must be a finite number", here("exponent")))
+                let exponent = match func.field() {
+                    Some(field) => {
+                        only(&["op", "input", "output", "dtype", field])?;
+                        let given = match field {
+                            "exponent" => &op.exponent,
+                            "alpha" => &op.alpha,
+                            _ => &op.value,
+                        };
+                        let ok = |v: f64| v.is_finite() && (func != MapFn::LeakyRelu || v <= 1.0);
+                        match given {
+                            Some(e) if ok(*e.get_ref()) => *e.get_ref() as f32,
+                            Some(e) => {
+                                let what = if func == MapFn::LeakyRelu {
+                                    "a finite number ≤ 1"
+                                } else {
+                                    "a finite number"
+                                };
+                                return cx.err(e.span(), format!("{}: must be {what}", here(field)));
+                            }
+                            None => {
+                                return cx.err(
+                                    sop.span(),
+                                    format!("op {i} ({}): missing field `{field}`", func.name()),
+                                )
+                            }
                         }
-                        None => return cx.err(sop.span(), format!("op {i} (pow): missing field `exponent`")),
                     }
-                } else {
-                    only(&["op", "input", "output", "dtype"])?;
-                    1.0
+                    None => {
+                        only(&["op", "input", "output", "dtype"])?;
+                        1.0
+                    }
                 };
                 let input = f16_input(&g, "f32 arithmetic")?;
                 push_f16(&mut g, input, OpKind::Map { input, func, exponent });

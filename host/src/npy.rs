@@ -91,6 +91,39 @@ pub fn from_bytes(bytes: &[u8]) -> Result<HostTensor, String> {
     Ok(HostTensor { dtype, shape, data })
 }
 
+/// Integer ids (`<i8` or `<i4`: token ids) from `.npy` bytes: the shape and the values. Every
+/// size is checked against the input before allocating, as for [`from_bytes`].
+pub fn ids_from_bytes(bytes: &[u8]) -> Result<(Vec<u64>, Vec<i64>), String> {
+    precheck(bytes)?;
+    let file = std::panic::catch_unwind(|| npyz::NpyFile::new(bytes))
+        .map_err(|_| "npy header could not be parsed".to_string())?
+        .map_err(|e| format!("not a .npy file: {e}"))?;
+    if file.order() != npyz::Order::C {
+        return Err("Fortran-order arrays are not supported; save with C order".into());
+    }
+    let shape = file.shape().to_vec();
+    let descr = file.dtype().descr().trim_matches(|c| c == '\'' || c == '"').to_string();
+    let size = match descr.as_str() {
+        "<i8" => 8,
+        "<i4" => 4,
+        other => return Err(format!("unsupported dtype `{other}` for ids (expected <i8 or <i4)")),
+    };
+    let elems =
+        shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)).ok_or_else(|| "shape overflows".to_string())?;
+    if elems.saturating_mul(size) > bytes.len() as u64 {
+        return Err(format!("header declares {elems} elements but the file has only {} bytes", bytes.len()));
+    }
+    let data: Vec<i64> = if size == 8 {
+        file.into_vec::<i64>().map_err(|e| e.to_string())?
+    } else {
+        file.into_vec::<i32>().map_err(|e| e.to_string())?.into_iter().map(i64::from).collect()
+    };
+    if data.len() as u64 != elems {
+        return Err(format!("expected {elems} elements, read {}", data.len()));
+    }
+    Ok((shape, data))
+}
+
 /// Write `values` as an n-dimensional C-order array with their default dtype.
 fn write_nd<T: npyz::AutoSerialize>(
     shape: &[u64],

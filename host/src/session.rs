@@ -306,10 +306,12 @@ fn prepare_inputs(
     files: &BTreeMap<String, HostTensor>,
 ) -> BTreeMap<String, HostTensor> {
     let mut inputs = BTreeMap::new();
+    let ids = crate::ids::of_package(pkg);
     for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
-        let t = match files.get(&b.name) {
-            Some(t) => t.clone(),
-            None => generated(b, iteration_seed(opts.seed, it)),
+        let t = match (files.get(&b.name), ids.get(&b.name)) {
+            (Some(t), _) => t.clone(),
+            (None, Some(kind)) => crate::ids::generated_as(b, kind, iteration_seed(opts.seed, it)),
+            (None, None) => generated(b, iteration_seed(opts.seed, it)),
         };
         inputs.insert(b.name.clone(), t);
     }
@@ -331,6 +333,7 @@ fn is_param(pkg: &Package, name: &str) -> bool {
 /// Read the `--input` files, checking each against its binding.
 fn read_input_files(pkg: &Package, opts: &RunOptions) -> Result<BTreeMap<String, HostTensor>, RunError> {
     let mut files = BTreeMap::new();
+    let ids = crate::ids::of_package(pkg);
     for (name, path) in &opts.inputs {
         if is_param(pkg, name) {
             return Err(RunError::Input(format!(
@@ -346,6 +349,11 @@ fn read_input_files(pkg: &Package, opts: &RunOptions) -> Result<BTreeMap<String,
                 "--input {name}: the package has no input tensor of that name"
             )));
         };
+        if let Some(kind) = ids.get(name) {
+            // Integers: token ids (the host writes their one-hot rows) or values (`ids.rs`).
+            files.insert(name.clone(), crate::ids::read_as(b, kind, path).map_err(RunError::Input)?);
+            continue;
+        }
         let t = crate::npy::read(path).map_err(RunError::Input)?;
         if t.shape != b.shape || t.dtype != b.dtype {
             return Err(RunError::Input(format!(

@@ -21,6 +21,9 @@ pub fn label(func: MapFn) -> &'static str {
         MapFn::Abs => "k_abs_f16",
         MapFn::Erf => "k_erf_f16",
         MapFn::Pow => "k_pow_f16",
+        MapFn::Max => "k_max_f16",
+        MapFn::Min => "k_min_f16",
+        MapFn::LeakyRelu => "k_leaky_relu_f16",
     }
 }
 
@@ -69,6 +72,12 @@ fn formula(func: MapFn) -> &'static [&'static str] {
         ],
         // e^{c·ln x}; constant c.
         MapFn::Pow => &["f32ln X, X", "f32mul X, X, $a7", "f32exp X, X"],
+        // max(x, c) (maxNum); constant c.
+        MapFn::Max => &["f32max X, X, $a7"],
+        // −max(−x, −c); constants −1, −c. Negating is exact.
+        MapFn::Min => &["f32mul X, X, $a7", "f32max X, X, $a8", "f32mul X, X, $a7"],
+        // max(x, α·x); constant α.
+        MapFn::LeakyRelu => &["f32mul $a4, X, $a7", "f32max X, X, $a4"],
     }
 }
 

@@ -1,5 +1,5 @@
 //! The elementwise functions of `OpKind::Map` (`tanh`, `sigmoid`, `exp`, `log`, `sqrt`,
-//! `reciprocal`, `abs`, `erf`, `pow`; docs/kernels.md `map_f16`): every function on rows whose
+//! `reciprocal`, `abs`, `erf`, `pow`, `max`, `min`, `leaky_relu`; docs/kernels.md `map_f16`): every function on rows whose
 //! width is and is not a multiple of four, with fewer rows than workers, on 1 to 1472 tiles —
 //! bit-exact against the device-precision reference, within the f64 bound and costed up to barrel
 //! alignment; each f32 formula against its f64 definition on every f16 input; the zero padding
@@ -11,8 +11,22 @@ use ipu_core::graph::MapFn;
 use ipu_host::build::{build, BuildOptions};
 use ipu_host::reference::map;
 
+/// The constant each function is tested with: a power, a bound inside the inputs' range (so that
+/// both sides of it are met), a slope.
+fn constant(func: MapFn) -> f32 {
+    match func {
+        MapFn::Max => -0.25,
+        MapFn::Min => 0.5,
+        MapFn::LeakyRelu => 0.01,
+        _ => 1.5,
+    }
+}
+
 fn model(func: MapFn, shape: &[u64]) -> String {
-    let exponent = if func == MapFn::Pow { "exponent = 1.5\n" } else { "" };
+    let exponent = match func.field() {
+        Some(f) => format!("{f} = {}\n", constant(func)),
+        None => String::new(),
+    };
     format!(
         "name = \"m\"\noutputs = [\"Y\"]\n[inputs.X]\ndtype = \"f16\"\nshape = {shape:?}\n[[ops]]\nop = \"{}\"\n\
          input = \"X\"\noutput = \"Y\"\ndtype = \"f16\"\n{exponent}",
@@ -59,23 +73,25 @@ fn each_formula_stays_within_its_bound_for_every_f16() {
             if !x.is_finite() {
                 continue;
             }
-            let (d, e) = (map::device(func, 1.5, x) as f64, map::exact(func, 1.5, x as f64));
+            let c = constant(func);
+            let (d, e) = (map::device(func, c, x) as f64, map::exact(func, c, x as f64));
             if e.is_nan() {
                 assert!(d.is_nan(), "{func:?}({x}): device {d}, f64 NaN");
                 continue;
             }
-            let b = map::bound(func, 1.5, x as f64, 0.0, e);
+            let b = map::bound(func, c, x as f64, 0.0, e);
             if d == e {
                 continue;
             }
-            assert!(func != MapFn::Abs, "abs is exact: |{x}| gave {d}");
+            let exact = matches!(func, MapFn::Abs | MapFn::Max | MapFn::Min);
+            assert!(!exact, "{func:?} is exact: at {x} gave {d}");
             assert!((d - e).abs() <= b, "{func:?}({x}): device {d} vs f64 {e}, bound {b}");
             if b.is_finite() {
                 worst = worst.max((d - e).abs() / b);
             }
         }
         assert!(
-            func == MapFn::Abs || worst > 0.3,
+            matches!(func, MapFn::Abs | MapFn::Max | MapFn::Min) || worst > 0.3,
             "{func:?}: the bound is loose by orders of magnitude: worst ratio {worst}"
         );
     }
@@ -98,6 +114,19 @@ fn the_padding_after_a_row_stays_zero() {
 #[test]
 fn a_pow_without_its_exponent_and_unknown_ops_are_refused_by_name() {
     let opts = BuildOptions { threads: 1, ..BuildOptions::new(4) };
+    let src = model(MapFn::Pow, &[4, 8]).replace("exponent = 1.5\n", "");
+    let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("op 0 (pow): missing field `exponent`"), "{e}");
+    let src = model(MapFn::Max, &[4, 8]).replace("value = -0.25\n", "");
+    let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("op 0 (max): missing field `value`"), "{e}");
+    // max(x, αx) is the leaky ReLU only for α ≤ 1.
+    let src = model(MapFn::LeakyRelu, &[4, 8]).replace("alpha = 0.01", "alpha = 1.5");
+    let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("field `alpha`: must be a finite number ≤ 1"), "{e}");
+    let src = model(MapFn::Min, &[4, 8]) + "exponent = 2.0\n";
+    let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("field `exponent` does not apply"), "{e}");
     let src = model(MapFn::Pow, &[4, 8]).replace("exponent = 1.5\n", "");
     let e = build("m.toml", &src, &opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("op 0 (pow): missing field `exponent`"), "{e}");

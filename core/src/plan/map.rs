@@ -35,7 +35,8 @@ pub fn constants(func: MapFn, exponent: f32) -> Vec<f32> {
         MapFn::Exp | MapFn::Log | MapFn::Sqrt | MapFn::Abs => Vec::new(),
         MapFn::Reciprocal => alloc::vec![1.0],
         MapFn::Erf => ERF_CONSTANTS.to_vec(),
-        MapFn::Pow => alloc::vec![exponent],
+        MapFn::Pow | MapFn::Max | MapFn::LeakyRelu => alloc::vec![exponent],
+        MapFn::Min => alloc::vec![-1.0, -exponent],
     }
 }
 
@@ -54,6 +55,11 @@ pub fn formula_issues(func: MapFn) -> u64 {
         MapFn::Erf => 25,
         // ln, ·c, exp
         MapFn::Pow => 5,
+        MapFn::Max => 1,
+        // ·(−1), max, ·(−1)
+        MapFn::Min => 3,
+        // α·x, max
+        MapFn::LeakyRelu => 2,
     }
 }
 
@@ -86,6 +92,9 @@ pub fn kernel_name(func: MapFn) -> &'static str {
         MapFn::Abs => "abs_f16",
         MapFn::Erf => "erf_f16",
         MapFn::Pow => "pow_f16",
+        MapFn::Max => "max_f16",
+        MapFn::Min => "min_f16",
+        MapFn::LeakyRelu => "leaky_relu_f16",
     }
 }
 

@@ -36,10 +36,25 @@ pub fn ranges(
             return Err(format!("--calibrate {name}: the model has no input of that name"));
         }
     }
+    // Token ids (`one_hot` inputs) are given and generated as ids, as `run` takes them.
+    let ids = crate::ids::integer_inputs(&imp.toml);
     for id in &g.inputs {
         let t = g.tensor(*id);
-        let value = match given.get(&t.name) {
-            Some(file) => {
+        let b = Binding {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            direction: Direction::Input,
+            transpose: false,
+            scale: 0,
+            slices: Vec::new(),
+        };
+        let seed = crate::session::iteration_seed(1, 1);
+        let value = match (given.get(&t.name), ids.get(&t.name)) {
+            (Some(file), Some(kind)) => {
+                crate::ids::read_as(&b, kind, file).map_err(|e| format!("--calibrate {}: {e}", t.name))?
+            }
+            (Some(file), None) => {
                 let v = crate::npy::read(file).map_err(|e| format!("--calibrate {}: {e}", t.name))?;
                 if v.shape != t.shape {
                     return Err(format!(
@@ -52,18 +67,8 @@ pub fn ranges(
                 }
                 HostTensor { dtype: t.dtype, shape: v.shape, data: v.data }
             }
-            None => {
-                let b = Binding {
-                    name: t.name.clone(),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    direction: Direction::Input,
-                    transpose: false,
-                    scale: 0,
-                    slices: Vec::new(),
-                };
-                crate::session::generated(&b, crate::session::iteration_seed(1, 1))
-            }
+            (None, Some(kind)) => crate::ids::generated_as(&b, kind, seed),
+            (None, None) => crate::session::generated(&b, seed),
         };
         vals.insert(t.name.clone(), value);
     }

@@ -90,6 +90,27 @@ impl Emit {
         );
     }
 
+    /// Declare an input given as integers and held as their f32 values (`crate::ids`).
+    pub fn integer_input(&mut self, name: &str, shape: &[u64]) {
+        let _ = writeln!(
+            self.inputs,
+            "[inputs.{}]\ndtype = \"f32\"\nshape = {shape:?}\ninteger = true\n",
+            quote(name)
+        );
+    }
+
+    /// Declare an input given as integer ids of shape `ids`, held as their f16 one-hot rows of
+    /// `width` values (`crate::ids`).
+    pub fn ids_input(&mut self, name: &str, ids: &[u64], width: u64) {
+        let mut shape = ids.to_vec();
+        shape.push(width);
+        let _ = writeln!(
+            self.inputs,
+            "[inputs.{}]\ndtype = \"f16\"\nshape = {shape:?}\none_hot = {ids:?}\n",
+            quote(name)
+        );
+    }
+
     /// Declare a param with its values; returns its tensor name.
     pub fn param(
         &mut self,

@@ -29,7 +29,9 @@ pub enum Expr {
     C(f64),
     /// A unary ONNX op (`Tanh`, `Erf`, `Sqrt`, `Exp`, `Log`, `Sigmoid`, `Neg`, `Abs`, `Reciprocal`).
     Un(&'static str, Rc<Expr>),
-    /// A binary ONNX op (`Add`, `Sub`, `Mul`, `Div`, `Pow`).
+    /// A binary ONNX op (`Add`, `Sub`, `Mul`, `Div`, `Pow`, `Max`, `Min`), or `LeakyRelu` of the
+    /// first operand with the second as its slope (`Relu`, `Clip`, `HardSigmoid`, `HardSwish`
+    /// are written with `Max` and `Min`).
     Bin(&'static str, Rc<Expr>, Rc<Expr>),
 }
 
@@ -84,6 +86,9 @@ impl Expr {
                     "Mul" => |a, b| a * b,
                     "Div" => |a, b| a / b,
                     "Pow" => f64::powf,
+                    "Max" => f64::max,
+                    "Min" => f64::min,
+                    "LeakyRelu" => |a, s| if a >= 0.0 { a } else { s * a },
                     _ => |_, _| f64::NAN,
                 };
                 v.iter_mut().zip(&w).for_each(|(a, b)| *a = f(*a, *b));
@@ -232,12 +237,15 @@ mod tests {
                 assert_eq!(e.eval(*v).to_bits(), g.to_bits(), "{op}: eval and eval_all agree");
             }
         }
-        let binary: [Binary; 5] = [
+        let binary: [Binary; 8] = [
             ("Add", |a, b| a + b),
             ("Sub", |a, b| a - b),
             ("Mul", |a, b| a * b),
             ("Div", |a, b| a / b),
             ("Pow", f64::powf),
+            ("Max", f64::max),
+            ("Min", f64::min),
+            ("LeakyRelu", |a, s| if a < 0.0 { a * s } else { a }),
         ];
         for (op, f) in binary {
             let e = bin(op, x.clone(), c(1.5));
@@ -245,7 +253,7 @@ mod tests {
                 assert_eq!(e.eval(v).to_bits(), f(v, 1.5).to_bits(), "{op}({v}, 1.5)");
             }
         }
-        assert!(un("Cos", x.clone()).eval(1.0).is_nan() && bin("Max", x, c(1.0)).eval(1.0).is_nan());
+        assert!(un("Cos", x.clone()).eval(1.0).is_nan() && bin("Mod", x, c(1.0)).eval(1.0).is_nan());
     }
 
     #[test]

@@ -208,6 +208,41 @@ pub fn gather(a: &Const, indices: &Const, ax: i64) -> Result<Const, String> {
     Ok(a.pick(shape, &idx))
 }
 
+/// `GatherElements` along `ax`: the output has the indices' shape, each element taken from `a`
+/// where the index replaces its position along `ax` (torch's buffered `token_type_ids`).
+pub fn gather_elements(a: &Const, indices: &Const, ax: i64) -> Result<Const, String> {
+    let r = a.shape.len();
+    let ax = axis(ax, r)?;
+    if indices.shape.len() != r {
+        return Err(format!("GatherElements of rank {r} with indices of rank {}", indices.shape.len()));
+    }
+    let d = a.shape[ax] as i64;
+    let strides: Vec<usize> = (0..r).map(|k| a.shape[k + 1..].iter().product::<u64>() as usize).collect();
+    let ids = indices.as_i64()?;
+    let mut idx = Vec::with_capacity(ids.len());
+    for (j, &i) in ids.iter().enumerate() {
+        let i = if i < 0 { i + d } else { i };
+        if !(0..d).contains(&i) {
+            return Err(format!("index {i} is out of range for an axis of {d}"));
+        }
+        let (mut rest, mut flat) = (j, 0);
+        for k in (0..r).rev() {
+            let n = indices.shape[k] as usize;
+            let m = if k == ax { i as usize } else { rest % n };
+            if k != ax && m as u64 >= a.shape[k] {
+                return Err(format!(
+                    "GatherElements indices of shape {:?} exceed the data's {:?}",
+                    indices.shape, a.shape
+                ));
+            }
+            flat += m * strides[k];
+            rest /= n.max(1);
+        }
+        idx.push(flat);
+    }
+    Ok(a.pick(indices.shape.clone(), &idx))
+}
+
 /// `Slice` of one axis: `start..end` by `step` (already clamped by [`slice_range`]).
 pub fn slice_axis(a: &Const, ax: usize, picks: &[usize]) -> Const {
     let d = a.shape[ax] as usize;
@@ -359,6 +394,22 @@ mod tests {
 
     fn floats(shape: &[u64], v: &[f32]) -> Const {
         Const::f(shape.to_vec(), v.to_vec())
+    }
+
+    #[test]
+    fn gather_elements_follows_the_onnx_examples() {
+        let a = ints(&[2, 2], &[1, 2, 3, 4]);
+        let g = gather_elements(&a, &ints(&[2, 2], &[0, 0, 1, 0]), 1).unwrap();
+        assert_eq!((g.shape.clone(), g.as_i64().unwrap()), (vec![2, 2], vec![1, 1, 4, 3]));
+        let a = floats(&[3, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
+        let g = gather_elements(&a, &ints(&[2, 3], &[1, 2, 0, 2, 0, 0]), 0).unwrap();
+        assert_eq!((g.shape.clone(), g.as_f32()), (vec![2, 3], vec![4., 8., 3., 7., 2., 3.]));
+        // Negative indices count from the end; out of range and rank mismatches are errors.
+        let g = gather_elements(&a, &ints(&[1, 1], &[-1]), 1).unwrap();
+        assert_eq!(g.as_f32(), vec![3.]);
+        assert!(gather_elements(&a, &ints(&[1, 1], &[3]), 1).is_err());
+        assert!(gather_elements(&a, &ints(&[1], &[0]), 0).is_err());
+        assert!(gather_elements(&a, &ints(&[1, 4], &[0; 4]), 0).is_err());
     }
 
     #[test]

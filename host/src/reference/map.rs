@@ -32,6 +32,11 @@ pub fn device(func: MapFn, exponent: f32, h: f32) -> f32 {
             sign * (one - q * e)
         }
         MapFn::Pow => libm::expf(libm::logf(x) * exponent),
+        // `f32max` as the simulator computes it (maxNum).
+        MapFn::Max => x.max(exponent),
+        // The kernel multiplies by −1: the same bits as negating.
+        MapFn::Min => -((-x).max(-exponent)),
+        MapFn::LeakyRelu => x.max(x * exponent),
     };
     round(y, DType::F16)
 }
@@ -51,6 +56,10 @@ pub fn exact(func: MapFn, exponent: f32, x: f64) -> f64 {
         // exponent (`powf` gives a value for integer exponents, which the op does not compute).
         MapFn::Pow if x < 0.0 => f64::NAN,
         MapFn::Pow => x.powf(exponent as f64),
+        MapFn::Max => x.max(exponent as f64),
+        MapFn::Min => x.min(exponent as f64),
+        MapFn::LeakyRelu if x >= 0.0 => x,
+        MapFn::LeakyRelu => exponent as f64 * x,
     }
 }
 
@@ -65,7 +74,9 @@ fn formula_error(func: MapFn, exponent: f32, x: f64, y: f64) -> f64 {
         MapFn::Sigmoid => 8.0 * ulp * y.abs(),
         MapFn::Exp | MapFn::Log => 2.0 * ulp * y.abs(),
         MapFn::Sqrt | MapFn::Reciprocal => ulp * y.abs(),
-        MapFn::Abs => 0.0,
+        MapFn::Abs | MapFn::Max | MapFn::Min => 0.0,
+        // α·x rounded once to f32.
+        MapFn::LeakyRelu => ulp * y.abs(),
         MapFn::Erf => 1.5e-7 + 40.0 * ulp,
         // e^{c·ln x}: ln's ulp and the product's rounding move the exponent by ≤ 3 ulps of it,
         // which is that much relative error in y, then expf's own ulp.
@@ -93,8 +104,12 @@ pub fn bound(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
     }
     let carried = if b == 0.0 {
         0.0
-    } else if func == MapFn::Abs {
+    } else if matches!(func, MapFn::Abs | MapFn::Max | MapFn::Min) {
+        // 1-Lipschitz.
         b
+    } else if func == MapFn::LeakyRelu {
+        // Lipschitz with max(1, |α|) (not monotone for α < 0).
+        b * (exponent.abs() as f64).max(1.0) * (1.0 + 1e-12)
     } else if (singular(func, x - b) && !singular(func, x + b))
         || (func == MapFn::Reciprocal && x - b < 0.0 && x + b > 0.0)
     {

@@ -408,9 +408,12 @@ pub fn evaluate(
                     .map(|i| {
                         let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
                         // Operand errors carried: |Δ(p ± q)| ≤ bp + bq; |Δ(pq)| ≤ |p|bq + |q|bp + bp·bq.
+                        // An operand without error (a param: bound 0) adds nothing, even beside an
+                        // unbounded one (0·∞ is taken as 0, not NaN).
+                        let times = |a: f64, b: f64| if a == 0.0 || b == 0.0 { 0.0 } else { a * b };
                         let carried = match op {
                             BinaryOp::Add | BinaryOp::Sub => bp + bq,
-                            BinaryOp::Mul => p.abs() * bq + q.abs() * bp + bp * bq,
+                            BinaryOp::Mul => times(p.abs(), bq) + times(q.abs(), bp) + times(bp, bq),
                         };
                         carried + u * (ex[i].abs() + carried) + sub
                     })
@@ -641,7 +644,10 @@ fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f
             let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
             row.iter().map(move |v| {
                 let p = (v - mx).exp() / s;
-                (p, p * r + underflow_error(out))
+                // An unbounded input error leaves every weight unbounded, even one whose exact
+                // value is 0 (a masked key: 0·∞ would be NaN).
+                let b = if r.is_infinite() { f64::INFINITY } else { p * r + underflow_error(out) };
+                (p, b)
             })
         })
         .unzip()

@@ -110,6 +110,9 @@ impl Lower<'_, '_> {
                 }
             }
             ("Pow", T(t), S(c)) => self.power(&t, c),
+            ("Max", T(t), S(c)) | ("Max", S(c), T(t)) => self.map("max", &t, Some(c)),
+            ("Min", T(t), S(c)) | ("Min", S(c), T(t)) => self.map("min", &t, Some(c)),
+            ("LeakyRelu", T(t), S(a)) if a <= 1.0 => self.map("leaky_relu", &t, Some(a)),
             ("Pow", S(c), T(t)) if c > 0.0 => {
                 // c^t = e^{t·ln c}
                 let scaled = self.with_scalar("mul", &t, c.ln(), false);
@@ -118,7 +121,7 @@ impl Lower<'_, '_> {
             (op, _, _) => {
                 return Err(format!(
                     "{at}: {op} with these operands has no elementwise kernel (a power of a computed \
-                     exponent, or of a base ≤ 0)"
+                     exponent or of a base ≤ 0, a Max/Min of two computed values, a LeakyRelu slope above 1)"
                 ))
             }
         })
@@ -164,13 +167,16 @@ impl Lower<'_, '_> {
         self.map("reciprocal", t, None)
     }
 
-    /// `f(t)` as an op of its own.
+    /// `f(t)` as an op of its own (`exponent`: the function's constant, if it takes one).
     fn map(&mut self, func: &str, t: &str, exponent: Option<f64>) -> String {
         let out = self.emit.fresh(&format!("{t}_{func}"));
         let mut fields =
             vec![("input", Field::S(t.into())), ("output", Field::S(out.clone())), ("dtype", s("f16"))];
         if let Some(c) = exponent {
-            fields.push(("exponent", Field::F(c)));
+            // The constant's field: `exponent` of `pow`, `value` of `max`/`min`, `alpha` of
+            // `leaky_relu`.
+            let field = ipu_core::graph::MapFn::from_name(func).and_then(|f| f.field()).unwrap_or("exponent");
+            fields.push((field, Field::F(c)));
         }
         self.emit.op(func, &fields);
         out

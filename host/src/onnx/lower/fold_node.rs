@@ -29,6 +29,10 @@ impl Lower<'_, '_> {
             | "Ceil" | "Not" => fold::unary(op, &*x()?)?,
             "Transpose" => fold::transpose(&*x()?, &attrs.ints("perm").unwrap_or_default())?,
             "Gather" => fold::gather(&*x()?, &*y()?, attrs.int("axis").unwrap_or(0))?,
+            "GatherND" if attrs.int("batch_dims").unwrap_or(0) == 0 => {
+                super::masks::gather_nd(&*x()?, &*y()?)?
+            }
+            "GatherElements" => fold::gather_elements(&*x()?, &*y()?, attrs.int("axis").unwrap_or(0))?,
             "Concat" => {
                 let parts: Vec<&Const> = c.iter().flatten().map(|r| r.as_ref()).collect();
                 fold::concat(&parts, attrs.int("axis").unwrap_or(0))?

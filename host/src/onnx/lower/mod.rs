@@ -1,9 +1,16 @@
 //! Lowering ONNX nodes, in file order, onto the graph IR (docs/onnx.md "Steps"): the state, the
 //! node dispatch and the outputs here; folding, computed ops, views and matmuls in submodules.
 
+mod activations;
 mod compose;
+mod concat;
 mod fold_node;
+mod guards;
+mod inputs;
+mod lookup;
+mod masks;
 mod ops;
+mod outputs;
 mod runtime;
 mod views;
 
@@ -22,10 +29,14 @@ use std::rc::Rc;
 
 /// The ops the importer takes, for refusals.
 pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kernel, no padding), Add, Sub, Mul, Div, \
-Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal (fused where recognised: scalings, the tanh/erf GeLU, \
+Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, Clip, Max and Min (with constants), \
+HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
-LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast; \
-on constants and shapes also Shape, Gather, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
+LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
+Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards), \
+an attention mask (an integer input, Cast to BOOL, GatherND as a reshape, And, Where with constants); \
+Gather of a constant table by INT64/INT32 token ids (an embedding lookup: one-hot rows written by the host, one matmul); \
+on constants and shapes also Shape, Gather, GatherElements, GatherND, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
 Mod, Equal, Where, ReduceMean";
 
 /// The imported model: its text, its param values (f32), the FP8 scales chosen.
@@ -102,6 +113,13 @@ pub struct Lower<'a, 'b> {
     /// A composition is being written step by step (`compose.rs`): no scaling folds into a
     /// matmul's alpha.
     no_fold: bool,
+    /// Integer inputs held as one-hot rows (`lookup.rs`).
+    ids: BTreeSet<String>,
+    /// `IsNaN` outputs, by the value each tests (`guards.rs`).
+    nan_tests: BTreeMap<String, String>,
+    /// Values that hold integers, and booleans (0 or 1), by ONNX name (`masks.rs`).
+    ints: BTreeSet<String>,
+    bools: BTreeSet<String>,
 }
 
 /// The projection `a·b` when `b` is a constant matrix and `a` computed (identity form).
@@ -145,91 +163,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             written: BTreeMap::new(),
             affine_open: BTreeMap::new(),
             uses_total: BTreeMap::new(),
+            ids: BTreeSet::new(),
+            nan_tests: BTreeMap::new(),
+            ints: BTreeSet::new(),
+            bools: BTreeSet::new(),
         }
-    }
-
-    /// Declare the graph inputs (those that are not initializers).
-    pub fn inputs(&mut self, g: &GraphProto) -> Result<(), String> {
-        self.uses =
-            crate::onnx::patterns::consumers(g).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        self.uses_total = self.uses.clone();
-        for o in &g.output {
-            self.emit.reserve(&o.name);
-        }
-        let mut given: BTreeSet<&String> = self.opts.input_shapes.keys().collect();
-        for i in &g.input {
-            if self.pending.contains_key(&i.name) {
-                continue;
-            }
-            given.remove(&i.name);
-            self.emit.reserve(&i.name);
-            let at = format!("{}: input `{}`", self.file, i.name);
-            let tt = i
-                .r#type
-                .as_ref()
-                .and_then(|t| t.tensor_type.as_ref())
-                .ok_or(format!("{at}: not a tensor"))?;
-            let dims = tt.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or(&[]);
-            let shape: Vec<u64> = match self.opts.input_shapes.get(&i.name) {
-                Some(s) => {
-                    if s.len() != dims.len() || dims.iter().zip(s).any(|(d, v)| d.dim_value.is_some_and(|x| x as u64 != *v)) {
-                        return Err(format!("{at}: --input-shape {s:?} does not match the file's {:?}", dim_text(dims)));
-                    }
-                    s.clone()
-                }
-                None => dims
-                    .iter()
-                    .map(|d| d.dim_value.filter(|v| *v > 0).map(|v| v as u64))
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| {
-                        format!(
-                            "{at}: shape {:?} is not fixed; give it with --input-shape {}=1,3,224,224 (the sizes you run)",
-                            dim_text(dims),
-                            i.name
-                        )
-                    })?,
-            };
-            crate::onnx::consts::elements(&shape).map_err(|e| format!("{at}: {e}"))?;
-            let t = match tt.elem_type {
-                data_type::FLOAT => {
-                    self.emit.input(&i.name, DType::F32, &shape);
-                    let t = self.emit.fresh(&format!("{}_f16", i.name));
-                    self.emit.op(
-                        "cast",
-                        &[
-                            ("input", Field::S(i.name.clone())),
-                            ("output", Field::S(t.clone())),
-                            ("dtype", s("f16")),
-                        ],
-                    );
-                    t
-                }
-                data_type::FLOAT16 => {
-                    self.emit.input(&i.name, DType::F16, &shape);
-                    i.name.clone()
-                }
-                other => {
-                    return Err(format!(
-                        "{at}: element type {} (inputs are FLOAT or FLOAT16)",
-                        data_type::name(other)
-                    ))
-                }
-            };
-            let held = strip(&shape);
-            let t = if held != shape {
-                self.write_view(&t, "reshape", &held, &format!("{}_held", i.name))
-            } else {
-                t
-            };
-            self.vals.insert(i.name.clone(), Val::R(Run { t, shape, e: Rc::new(Expr::X), prov: None }));
-        }
-        if let Some(n) = given.first() {
-            return Err(format!(
-                "{}: --input-shape names `{n}`, which is not an input of the model",
-                self.file
-            ));
-        }
-        Ok(())
     }
 
     fn get(&self, name: &str, at: &str) -> Result<Val, String> {
@@ -511,7 +449,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             }
             return Ok(());
         }
-        self.runtime(node, &attrs, &ins, &consts, &at)?;
+        // Every error names the node (some helpers' messages do not: an axis out of range).
+        if let Err(e) = self.runtime(node, &attrs, &ins, &consts, &at) {
+            return Err(if e.starts_with(self.file) { e } else { format!("{at}: {e}") });
+        }
+        self.carry_kinds(node);
         // Shapes come from the file: a computed tensor too large to count is refused here, before
         // any later step multiplies its sizes (the model parser then bounds it by the chip).
         for o in &node.output {
@@ -520,70 +462,6 @@ impl<'a, 'b> Lower<'a, 'b> {
             }
         }
         Ok(())
-    }
-
-    /// The graph outputs: each computed value cast to the output's element type under the ONNX
-    /// name. Returns the model text, the param values and the FP8 scales chosen.
-    pub fn finish(mut self, g: &GraphProto, name: &str) -> Result<Finished, String> {
-        let mut outs = Vec::new();
-        for o in &g.output {
-            let at = format!("{}: output `{}`", self.file, o.name);
-            let r = match self.vals.get(&o.name).cloned() {
-                Some(Val::R(r)) => r,
-                Some(Val::C(_)) => return Err(format!("{at}: a constant, not computed on the chip")),
-                None => return Err(format!("{at}: no node computes it")),
-            };
-            let t = self.tensor(&r, &at)?;
-            let elem = o
-                .r#type
-                .as_ref()
-                .and_then(|t| t.tensor_type.as_ref())
-                .map(|t| t.elem_type)
-                .unwrap_or(data_type::FLOAT);
-            // The ONNX dtype (a cast to f32 unless FLOAT16) under the ONNX name, viewed in the
-            // ONNX shape when the tensor is held without leading unit axes.
-            let (dtype, t) = match elem {
-                data_type::FLOAT16 => ("f16", t),
-                _ if strip(&r.shape) == r.shape => {
-                    self.emit.op(
-                        "cast",
-                        &[("input", Field::S(t)), ("output", Field::S(o.name.clone())), ("dtype", s("f32"))],
-                    );
-                    outs.push(o.name.clone());
-                    continue;
-                }
-                _ => {
-                    let wide = self.emit.fresh(&format!("{}_f32", o.name));
-                    self.emit.op(
-                        "cast",
-                        &[("input", Field::S(t)), ("output", Field::S(wide.clone())), ("dtype", s("f32"))],
-                    );
-                    ("f32", wide)
-                }
-            };
-            let shape: Vec<i64> = r.shape.iter().map(|d| *d as i64).collect();
-            let fields =
-                [("input", Field::S(t)), ("shape", Field::Ints(shape)), ("output", Field::S(o.name.clone()))];
-            let mut fields = fields.to_vec();
-            fields.push(("dtype", s(dtype)));
-            self.emit.op("reshape", &fields);
-            outs.push(o.name.clone());
-        }
-        // The file's name only: the package must not depend on the directory it was built from.
-        let name_only = std::path::Path::new(self.file).file_name().map(|n| n.to_string_lossy().into_owned());
-        let header = format!(
-            "# Imported from {} by ipu-codegen {}.\n",
-            name_only.unwrap_or_default(),
-            env!("CARGO_PKG_VERSION")
-        );
-        self.emit.prune(&outs);
-        let toml = self.emit.finish(name, &outs, &header);
-        let live: BTreeSet<&String> = self.emit.params.iter().map(|p| &p.0).collect();
-        self.scales.retain(|(n, _)| {
-            live.contains(n) || toml.contains(&format!("output = {}", crate::onnx::emit::quote(n)))
-        });
-        let params = self.emit.params.drain(..).map(|(n, _, _, t)| (n, t)).collect();
-        Ok((toml, params, self.scales))
     }
 }
 
@@ -610,16 +488,6 @@ fn strip(shape: &[u64]) -> Vec<u64> {
 
 fn s(v: &str) -> Field {
     Field::S(v.into())
-}
-
-fn dim_text(dims: &[crate::onnx::proto::Dimension]) -> Vec<String> {
-    dims.iter()
-        .map(|d| match (&d.dim_value, &d.dim_param) {
-            (Some(v), _) => v.to_string(),
-            (None, Some(p)) => p.clone(),
-            _ => "?".into(),
-        })
-        .collect()
 }
 
 /// The value of a `Constant` node.

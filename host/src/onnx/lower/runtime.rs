@@ -21,6 +21,9 @@ impl Lower<'_, '_> {
             || r0.clone().ok_or_else(|| format!("{at}: the first input must be computed on the chip"));
         match op {
             "Identity" | "Dropout" => self.define(node, 0, Val::R(need_r0()?)),
+            "Cast" if attrs.int("to") == Some(data_type::BOOL as i64) => self.cast_bool(node, need_r0()?, at)?,
+            "GatherND" => self.gather_nd_node(node, attrs, ins, at)?,
+            "And" => self.and(node, ins, at)?,
             "Cast" => {
                 let to = attrs.int("to").unwrap_or(0) as i32;
                 if !matches!(to, data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE) {
@@ -65,10 +68,17 @@ impl Lower<'_, '_> {
                 }
                 self.run(node, t, shape);
             }
+            "Add" if self.adds_zero(node, ins) => {}
+            "IsNaN" => self.is_nan(node, ins, at)?,
+            "Where" => self.where_node(node, ins, at)?,
             "Add" | "Mul" if self.fuse_affine(node, ins) => {}
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Tanh" | "Erf" | "Sqrt" | "Exp" | "Neg" | "Abs" | "Reciprocal"
             | "Log" | "Sigmoid" => {
                 self.elementwise(node, ins, at)?
+            }
+            "Concat" => self.concat(node, attrs, ins, at)?,
+            "Relu" | "LeakyRelu" | "Clip" | "Max" | "Min" | "HardSigmoid" | "HardSwish" => {
+                self.activation(node, attrs, ins, at)?
             }
             "Gelu" => {
                 let r = need_r0()?;
@@ -145,6 +155,7 @@ impl Lower<'_, '_> {
                 let shape = perm.iter().map(|p| r.shape.get(*p).copied().unwrap_or(0)).collect();
                 self.view(node, r, shape, Some(perm), at)?;
             }
+            "Gather" if matches!(ins.first(), Some(Some(Val::C(_)))) => self.lookup(node, attrs, ins, at)?,
             "Gather" | "Slice" | "Expand" => {
                 let r = need_r0()?;
                 let same = self.selects_everything(op, attrs, &r.shape, consts).map_err(|e| format!("{at}: {e}"))?;
