@@ -403,6 +403,9 @@ impl Package {
                 |id: &ipu_core::graph::TensorId| bound.iter().any(|b| b.name == g.tensor(*id).name);
             let ids: Vec<ipu_core::graph::TensorId> =
                 all.iter().copied().filter(|id| g.is_needed(*id) || is_bound(id)).collect();
+            if let Some(id) = ids.iter().find(|id| !is_bound(id)) {
+                return bad(format!("model {word} `{}` has no {word} binding", g.tensor(*id).name));
+            }
             let unknown = bound.iter().any(|b| !ids.iter().any(|id| g.tensor(*id).name == b.name));
             if bound.len() != ids.len() || unknown {
                 let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
