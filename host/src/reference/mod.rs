@@ -17,7 +17,11 @@ mod gemm64;
 mod layernorm;
 pub mod map;
 mod matmul;
+mod matmul_bound;
+mod rows;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
+pub use matmul_bound::LAMBDA;
+use matmul_bound::{matmul_exact, MatMulLayout, Operand, Rounding};
 use std::collections::BTreeMap;
 
 /// A tensor on the host: f32 values of its dtype (exact for f16), or FP8 codes as 0..=255.
@@ -224,11 +228,15 @@ pub fn evaluate(
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Per row of the last axis, a bound on the norm of the row's error (`rows.rs`).
+    let mut row_bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let last = |shape: &[u64]| shape.last().copied().unwrap_or(1) as usize;
     for (name, t) in inputs {
         // FP8 sources (params) stand for code · 2^scale.
         let scale = g.find(name).map(|id| g.tensor(id).scale).unwrap_or(0);
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
         bound.insert(name.clone(), vec![0.0; t.data.len()]);
+        row_bound.insert(name.clone(), vec![0.0; rows::count(t.data.len(), last(&t.shape))]);
     }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
@@ -236,7 +244,7 @@ pub fn evaluate(
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
         };
-        let (value, ex, bd): (HostTensor, Vec<f64>, Vec<f64>) = match &op.kind {
+        let (value, ex, bd, rho): (HostTensor, Vec<f64>, Vec<f64>, Vec<f64>) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
                 let (ta, tb) = (g.tensor(*a), g.tensor(*b));
@@ -251,14 +259,21 @@ pub fn evaluate(
                     let rel = unit_roundoff(DType::F16)
                         + unit_roundoff(DType::F32) * (1.0 + unit_roundoff(DType::F16));
                     let ex: Vec<f64> = exact[&ta.name].iter().map(|e| al * e).collect();
-                    let bd: Vec<f64> = exact[&ta.name]
+                    let fresh: Vec<f64> = exact[&ta.name]
                         .iter()
                         .zip(&bound[&ta.name])
-                        .map(|(e, d)| {
-                            al.abs() * d + rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16)
-                        })
+                        .map(|(e, d)| rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16))
                         .collect();
-                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd)
+                    let bd: Vec<f64> =
+                        bound[&ta.name].iter().zip(&fresh).map(|(d, f)| al.abs() * d + f).collect();
+                    let d = last(&ta.shape);
+                    let rho: Vec<f64> = row_bound[&ta.name]
+                        .iter()
+                        .zip(rows::from_elements(&fresh, d))
+                        .map(|(r, f)| al.abs() * r + f)
+                        .collect();
+                    let rho = rows::clamp(rho, &bd, d);
+                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd, rho)
                 });
                 let alpha = if on_a { &None } else { alpha };
                 let at = scaled_a.as_ref().map_or(at, |s| &s.0);
@@ -268,7 +283,7 @@ pub fn evaluate(
                 let mm = MatMul::new(g, *a, *b, op.output, *transpose_a, *transpose_b, *accumulate);
                 let rounds = reduction_rounds(tk, fan_in(&mm, grid));
                 let args = MatMulArgs {
-                    rounds,
+                    rounds: rounds.clone(),
                     a: at,
                     b: bt,
                     ta: *transpose_a,
@@ -289,23 +304,39 @@ pub fn evaluate(
                     a_batched: ta.shape.len() > 2,
                     b_batched: tb.shape.len() > 2,
                 };
-                let a_ops = scaled_a.as_ref().map_or((&exact[&ta.name], &bound[&ta.name]), |s| (&s.1, &s.2));
-                let ops = [a_ops, (&exact[&tb.name], &bound[&tb.name])];
-                let block = if is_fp8(ta.dtype) { 32 } else { 16 };
+                let a_op = match &scaled_a {
+                    Some(s) => Operand { exact: &s.1, bound: &s.2, rows: &s.3 },
+                    None => Operand {
+                        exact: &exact[&ta.name],
+                        bound: &bound[&ta.name],
+                        rows: &row_bound[&ta.name],
+                    },
+                };
+                let b_op =
+                    Operand { exact: &exact[&tb.name], bound: &bound[&tb.name], rows: &row_bound[&tb.name] };
                 let rounding = Rounding {
                     acc: *accumulate,
-                    roundings: k.div_ceil(block) + tk,
+                    block: if is_fp8(ta.dtype) { 32 } else { 16 },
+                    tk,
+                    rounds,
                     alpha: alpha.map(|a| a as f64),
                 };
-                let (ex, mut bd) = matmul_exact(&layout, ops, c.len() as u64, &rounding);
+                let (ex, mut bd, mut rho) = matmul_exact(&layout, a_op, b_op, c.len() as u64, &rounding);
                 let mut c = c;
                 if out.dtype != *accumulate {
                     // f16 output of an f32 accumulation: one rounding of the finished sum.
                     let (u, sub) = (unit_roundoff(out.dtype), underflow_error(out.dtype));
                     c.iter_mut().for_each(|v| *v = round(*v, out.dtype));
-                    bd.iter_mut().zip(&ex).for_each(|(b, e)| *b += u * (e.abs() + *b) + sub);
+                    let fresh: Vec<f64> = bd.iter().zip(&ex).map(|(b, e)| u * (e.abs() + b) + sub).collect();
+                    bd.iter_mut().zip(&fresh).for_each(|(b, f)| *b += f);
+                    let d = n as usize;
+                    rho = rows::clamp(
+                        rho.iter().zip(rows::from_elements(&fresh, d)).map(|(r, f)| r + f).collect(),
+                        &bd,
+                        d,
+                    );
                 }
-                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
+                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd, rho)
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
@@ -333,8 +364,14 @@ pub fn evaluate(
                 let (u, sub) =
                     (unit_roundoff(out.dtype), underflow_error(out.dtype) * 2f64.powi(out.scale as i32));
                 let ex = exact[name].clone();
-                let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
-                (t, ex, bd)
+                let fresh: Vec<f64> =
+                    ex.iter().zip(&bound[name]).map(|(e, b)| u * (e.abs() + b) + sub).collect();
+                let bd: Vec<f64> = bound[name].iter().zip(&fresh).map(|(b, f)| b + f).collect();
+                let d = last(&x.shape);
+                let rho =
+                    row_bound[name].iter().zip(rows::from_elements(&fresh, d)).map(|(r, f)| r + f).collect();
+                let rho = rows::clamp(rho, &bd, d);
+                (t, ex, bd, rho)
             }
             OpKind::Gelu { input, form } => {
                 let (x, _) = get(*input)?;
@@ -350,25 +387,38 @@ pub fn evaluate(
                 };
                 let data = x.data.iter().map(|v| device(*v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
-                let bd = ex
+                // Per element: the slope bound over [x − b, x + b], the carried error, the fresh one.
+                let parts: Vec<(f64, f64, f64)> = ex
                     .iter()
                     .zip(ein.iter().zip(bin))
                     .map(|(y, (x, b))| {
-                        // gelu is 1.13-Lipschitz (either form). The tanh formula's own f32 error is
-                        // at most ~40 ulps of 1 in t (exp, divide and the constants), times 0.5|x|;
-                        // the erf form's is A&S 7.1.26's 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32
-                        // ulps of 1 in Φ, times |x|; then one f16 rounding.
+                        let (slope, carried) = gelu_carried(*form, *x, *b);
+                        // The tanh formula's own f32 error is at most ~40 ulps of 1 in t (exp,
+                        // divide and the constants), times 0.5|x|; the erf form's is A&S 7.1.26's
+                        // 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32 ulps of 1 in Φ, times |x|;
+                        // then one f16 rounding.
                         let formula = match form {
                             GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
                             GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
-                        };
-                        let carried = 1.13 * b + formula + 8.0 * 2f64.powi(-24) * y.abs();
-                        carried
-                            + unit_roundoff(DType::F16) * (y.abs() + carried)
-                            + underflow_error(DType::F16)
+                        } + 8.0 * 2f64.powi(-24) * y.abs();
+                        let fresh = formula
+                            + unit_roundoff(DType::F16) * (y.abs() + carried + formula)
+                            + underflow_error(DType::F16);
+                        (slope, carried, fresh)
                     })
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let bd: Vec<f64> = parts.iter().map(|(_, c, f)| c + f).collect();
+                let d = last(&x.shape);
+                let rho: Vec<f64> = row_bound[name]
+                    .iter()
+                    .zip(parts.chunks(d.max(1)))
+                    .map(|(r, row)| {
+                        let slope = row.iter().fold(0f64, |m, p| m.max(p.0));
+                        slope * r + row.iter().map(|p| p.2 * p.2).sum::<f64>().sqrt()
+                    })
+                    .collect();
+                let rho = rows::clamp(rho, &bd, d);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
             }
             OpKind::Map { input, func, exponent } => {
                 let (x, _) = get(*input)?;
@@ -376,12 +426,13 @@ pub fn evaluate(
                 let (ein, bin) = (&exact[name], &bound[name]);
                 let data = x.data.iter().map(|v| map::device(*func, *exponent, *v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| map::exact(*func, *exponent, *v)).collect();
-                let bd = ex
+                let bd: Vec<f64> = ex
                     .iter()
                     .zip(ein.iter().zip(bin))
                     .map(|(y, (x, b))| map::bound(*func, *exponent, *x, *b, *y))
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let rho = rows::from_elements(&bd, last(&x.shape));
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
             }
             OpKind::Binary { op, a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
@@ -398,7 +449,7 @@ pub fn evaluate(
                     (0..n).map(|i| round(op.apply(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
                 let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
                 let ex: Vec<f64> = (0..n).map(|i| op.apply(ea[ia[i]], eb[ib[i]])).collect();
-                let bd = (0..n)
+                let (carried, fresh): (Vec<f64>, Vec<f64>) = (0..n)
                     .map(|i| {
                         let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
                         // Operand errors carried: |Δ(p ± q)| ≤ bp + bq; |Δ(pq)| ≤ |p|bq + |q|bp + bp·bq.
@@ -406,10 +457,46 @@ pub fn evaluate(
                             BinaryOp::Add | BinaryOp::Sub => bp + bq,
                             BinaryOp::Mul => p.abs() * bq + q.abs() * bp + bp * bq,
                         };
-                        carried + u * (ex[i].abs() + carried) + sub
+                        (carried, u * (ex[i].abs() + carried) + sub)
+                    })
+                    .unzip();
+                let bd: Vec<f64> = carried.iter().zip(&fresh).map(|(c, f)| c + f).collect();
+                let d = last(&out.shape);
+                // Row bounds: an operand that varies along the last axis as the output does
+                // brings its row's ρ; one broadcast along it (a column) √D times its element's
+                // bound; times the other operand's largest magnitude for a product.
+                let operand_rows = |shape: &[u64], idx: &[usize], name: &String| -> Vec<f64> {
+                    let along = shape.len() > 0 && last(shape) == d && d > 1;
+                    let dl = last(shape);
+                    (0..rows::count(n, d))
+                        .map(|r| {
+                            if along {
+                                row_bound[name][idx[r * d] / dl]
+                            } else {
+                                (d as f64).sqrt() * bound[name][idx[r * d]]
+                            }
+                        })
+                        .collect()
+                };
+                let (ra, rb) = (operand_rows(&x.shape, &ia, na), operand_rows(&y.shape, &ib, nb));
+                let rho: Vec<f64> = (0..rows::count(n, d))
+                    .map(|r| {
+                        let row = r * d..(r + 1) * d;
+                        let fresh_norm = rows::norm(&fresh[row.clone()]);
+                        match op {
+                            BinaryOp::Add | BinaryOp::Sub => ra[r] + rb[r] + fresh_norm,
+                            BinaryOp::Mul => {
+                                let max_abs = |e: &[f64], bnd: &[f64], idx: &[usize]| {
+                                    row.clone().map(|o| e[idx[o]].abs() + bnd[idx[o]]).fold(0f64, f64::max)
+                                };
+                                let max_a = row.clone().map(|o| ea[ia[o]].abs()).fold(0f64, f64::max);
+                                max_a * rb[r] + max_abs(eb, bb, &ib) * ra[r] + fresh_norm
+                            }
+                        }
                     })
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
+                let rho = rows::clamp(rho, &bd, d);
+                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd, rho)
             }
             OpKind::LayerNorm { input, gamma, beta, eps } => {
                 let (x, _) = get(*input)?;
@@ -446,15 +533,23 @@ pub fn evaluate(
                     bound: t.map(|t| bound[&name(t)].as_slice()),
                 };
                 let n = name(*input);
-                let (ex, bd) =
-                    layernorm::exact(&exact[&n], &bound[&n], d, affine(*gamma), affine(*beta), *eps);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let (ex, bd, rho) = layernorm::exact(
+                    &exact[&n],
+                    &bound[&n],
+                    &row_bound[&n],
+                    d,
+                    affine(*gamma),
+                    affine(*beta),
+                    *eps,
+                );
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
             }
             OpKind::Reshape { input } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
-                (t, exact[n].clone(), bound[n].clone())
+                let rho = rows::view(&[], last(&x.shape), last(&out.shape), &row_bound[n], &bound[n]);
+                (t, exact[n].clone(), bound[n].clone(), rho)
             }
             OpKind::Slice { input, starts } => {
                 let (x, _) = get(*input)?;
@@ -463,7 +558,9 @@ pub fn evaluate(
                 let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                (t, pick(&exact[n]), pick(&bound[n]))
+                let bd = pick(&bound[n]);
+                let rho = rows::view(&from, last(&x.shape), last(&out.shape), &row_bound[n], &bd);
+                (t, pick(&exact[n]), bd, rho)
             }
             OpKind::Transpose { input, perm } => {
                 let (x, _) = get(*input)?;
@@ -472,22 +569,48 @@ pub fn evaluate(
                 let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                (t, pick(&exact[n]), pick(&bound[n]))
+                let bd = pick(&bound[n]);
+                let rho = rows::view(&from, last(&x.shape), last(&out.shape), &row_bound[n], &bd);
+                (t, pick(&exact[n]), bd, rho)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
                 let data = softmax_device(x);
                 let name = &g.tensor(*input).name;
                 let n = *x.shape.last().unwrap() as usize;
-                let (ex, bd) = softmax_exact(&exact[name], &bound[name], n, out.dtype);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let (ex, bd, rho) = softmax_exact(&exact[name], &bound[name], &row_bound[name], n, out.dtype);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
             }
         };
         exact.insert(out.name.clone(), ex);
         bound.insert(out.name.clone(), bd);
+        row_bound.insert(out.name.clone(), rho);
         vals.insert(out.name.clone(), value);
     }
     Ok(Evaluated { device: vals, exact, bound })
+}
+
+/// GeLU's carried error for an input within `b` of the exact `x`: `|g(x̂) − g(x)| ≤
+/// |g'(x)|·b + ½·M₂·b²` with `M₂ = sup|g''| ≤ 0.8` (0.7979 = 2φ(0), at 0, for either form), and
+/// never more than the global slope 1.13 (sup |g'| = 1.1290) times b. Returns the slope bound
+/// over `[x − b, x + b]` (for the row norm) and the carried error.
+fn gelu_carried(form: GeluForm, x: f64, b: f64) -> (f64, f64) {
+    const M2: f64 = 0.8;
+    const LIP: f64 = 1.13;
+    let slope = match form {
+        GeluForm::Erf => {
+            let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)) + x * phi
+        }
+        GeluForm::Tanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let t = (c * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
+        }
+    };
+    // 1 + 1e-9: the f64 evaluation of g'.
+    let local = slope.abs() * (1.0 + 1e-9) + 1e-15;
+    ((local + M2 * b).min(LIP), (local * b + 0.5 * M2 * b * b).min(LIP * b))
 }
 
 /// For each element of the box `starts .. starts + out` of a tensor of `shape` (row-major), its
@@ -507,136 +630,60 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// Index arithmetic of a (batched, transposable) matmul.
-struct MatMulLayout {
-    m: u64,
-    k: u64,
-    n: u64,
-    ta: bool,
-    tb: bool,
-    a_batched: bool,
-    b_batched: bool,
-}
-
-/// The rounding points of the device's matmul.
-struct Rounding {
-    /// Partial-sum type: every block of K and every K-split merge rounds to it.
-    acc: DType,
-    /// Roundings on one output's path: K blocks plus K-split pieces.
-    roundings: u64,
-    /// Scalar applied last (the product is rounded to f16 once more).
-    alpha: Option<f64>,
-}
-
-/// f64 value and error bound of every output of `A·B`. With |a|, |b| the magnitudes (exact value
-/// plus its bound), the bound is Σ(δa·|b| + |a|·δb + δa·δb) for the operands' own errors, plus
-/// γ(roundings, u_acc)·Σ|a||b| for the partial-sum roundings, γ(K + 8, 2⁻²⁴)·Σ|a||b| for the f32
-/// sums inside the AMP, and one f16 rounding of the result when alpha is applied.
-fn matmul_exact(
-    l: &MatMulLayout,
-    ops: [(&Vec<f64>, &Vec<f64>); 2],
-    len: u64,
-    r: &Rounding,
-) -> (Vec<f64>, Vec<f64>) {
-    let [(ea, da), (eb, db)] = ops;
-    let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
-    let round_acc = gamma(r.roundings, unit_roundoff(r.acc));
-    let round_f32 = gamma(k as u64 + 8, 2f64.powi(-24));
-    let under = r.roundings as f64 * underflow_error(r.acc);
-    let batch = len as usize / (m * n).max(1);
-    // Operands laid out once as [batch][m][k] and [batch][k][n] (row-major over the loop that
-    // vectorises), with |x| + δx beside each value; the f64 sums then run over contiguous rows.
-    let gather = |e: &[f64], d: &[f64], batched: bool, rows: usize, cols: usize, transposed: bool| {
-        let nb = if batched { batch } else { 1 };
-        let mut v = vec![0f64; nb * rows * cols];
-        let mut mag = vec![0f64; nb * rows * cols];
-        let mut del = vec![0f64; nb * rows * cols];
-        for bi in 0..nb {
-            for r0 in 0..rows {
-                for c in 0..cols {
-                    let src = bi * rows * cols + if transposed { c * rows + r0 } else { r0 * cols + c };
-                    let dst = bi * rows * cols + r0 * cols + c;
-                    v[dst] = e[src];
-                    mag[dst] = e[src].abs() + d[src];
-                    del[dst] = d[src];
-                }
-            }
-        }
-        (v, mag, del)
-    };
-    let (av, am, ad) = gather(ea, da, l.a_batched, m, k, l.ta);
-    let (bv, bm, bd) = gather(eb, db, l.b_batched, k, n, l.tb);
-    let exact_operands = ad.iter().all(|x| *x == 0.0) && bd.iter().all(|x| *x == 0.0);
-    let a_abs: Vec<f64> = if exact_operands { Vec::new() } else { av.iter().map(|v| v.abs()).collect() };
-    let al = r.alpha.unwrap_or(1.0);
-    // Row blocks of one batch entry, in parallel; each computes s = A·B, mag = (|A|+δA)·(|B|+δB)
-    // and, when the operands carry errors, prop = δA·(|B|+δB) + |A|·δB (gemm64: k-ordered sums).
-    // B's panels are packed once per batch entry and shared by every row block.
-    let b_entries = if l.b_batched { batch } else { 1 };
-    let pack = |x: &[f64]| -> Vec<gemm64::Panels> {
-        (0..b_entries).map(|bi| gemm64::Panels::new(&x[bi * k * n..(bi + 1) * k * n], k, n)).collect()
-    };
-    let (bv, bm) = (pack(&bv), pack(&bm));
-    let bd = if exact_operands { Vec::new() } else { pack(&bd) };
-    const ROWS: usize = 16;
-    let blocks: Vec<(usize, usize)> =
-        (0..batch).flat_map(|bi| (0..m).step_by(ROWS).map(move |i0| (bi, i0))).collect();
-    let rows: Vec<(Vec<f64>, Vec<f64>)> = blocks
-        .into_par_iter()
-        .flat_map_iter(|(bi, i0)| {
-            let nr = ROWS.min(m - i0);
-            let ab = (if l.a_batched { bi } else { 0 } * m + i0) * k;
-            let bb = if l.b_batched { bi } else { 0 };
-            let ar = ab..ab + nr * k;
-            let s = gemm64::product([&av[ar.clone()]], [&bv[bb]], nr);
-            let mag = gemm64::product([&am[ar.clone()]], [&bm[bb]], nr);
-            let prop = if exact_operands {
-                vec![0f64; nr * n]
-            } else {
-                gemm64::product([&ad[ar.clone()], &a_abs[ar]], [&bm[bb], &bd[bb]], nr)
-            };
-            (0..nr)
-                .map(|x| {
-                    let bounds = (x * n..(x + 1) * n)
-                        .map(|e| {
-                            let mut bd = al.abs() * (prop[e] + (round_acc + round_f32) * mag[e] + under);
-                            if r.alpha.is_some() {
-                                bd += unit_roundoff(DType::F16)
-                                    * al.abs()
-                                    * mag[e]
-                                    * (1.0 + round_acc + round_f32)
-                                    + underflow_error(DType::F16);
-                            }
-                            bd
-                        })
-                        .collect::<Vec<f64>>();
-                    (s[x * n..(x + 1) * n].iter().map(|v| v * al).collect::<Vec<f64>>(), bounds)
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let (ex, bd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = rows.into_iter().unzip();
-    (ex.concat(), bd.concat())
-}
-
-/// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
-/// within e^±2δ; the device's f32 arithmetic (n-term sum in two lanes, exp, reciprocal, product)
-/// adds γ(n + 5, 2⁻²⁴) and the output rounding one unit roundoff of the output dtype plus its
-/// underflow spacing.
-fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
-    let rel = |delta: f64| {
-        (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 5, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
-    };
-    e.par_chunks(n)
+/// f64 softmax of each row, per element a bound on |device − f64| and per row one on the norm
+/// of the row's error (docs/reliability.md "The verdict", softmax). With input errors
+/// `|Δx_l| ≤ b_l` (row norm ≤ ρ), `p̂_j/p_j = e^{Δx_j}/Σ_l p_l e^{Δx_l}` exactly, and
+/// `|ln Σ_l p_l e^{Δx_l}| ≤ L = min(ln Σ_l p_l e^{b_l}, m + ½e^{max b}·Σ_l p_l b_l²)`,
+/// `m = min(Σ p_l b_l, ‖p‖·ρ)` (Jensen below, `e^t ≤ 1 + t + ½t²e^{|t|}` above), so each
+/// probability moves by a factor within `e^{±(b_j + L)}`: its own input's error plus the
+/// p-weighted mean of the row's. The device's f32 arithmetic: `x − max` rounded (relative error
+/// of the exponential `e^{u·|x − max|} − 1`), `expf` within 2 u, the two-lane sum `γ(n/2 + 3)`,
+/// the reciprocal and the product; then one rounding to the output type.
+fn softmax_exact(e: &[f64], d: &[f64], rho: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let u32r = unit_roundoff(DType::F32);
+    let (u, sub) = (unit_roundoff(out), underflow_error(out));
+    let g_sum = gamma(n as u64 / 2 + 3, u32r);
+    let rows: Vec<(Vec<f64>, Vec<f64>, f64)> = e
+        .par_chunks(n)
         .zip(d.par_chunks(n))
-        .flat_map_iter(|(row, drow)| {
+        .zip(rho.par_iter())
+        .map(|((row, drow), &rho)| {
             let mx = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
             let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-            let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
-            row.iter().map(move |v| {
-                let p = (v - mx).exp() / s;
-                (p, p * r + underflow_error(out))
-            })
+            let p: Vec<f64> = row.iter().map(|v| (v - mx).exp() / s).collect();
+            let b_max = drow.iter().fold(0f64, |m, v| m.max(*v));
+            let rho = rho.min(rows::norm(drow));
+            let l1 = p.iter().zip(drow).map(|(p, b)| p * b.exp()).sum::<f64>().ln();
+            let pb: f64 = p.iter().zip(drow).map(|(p, b)| p * b).sum();
+            let pb2: f64 = p.iter().zip(drow).map(|(p, b)| p * b * b).sum();
+            let m = pb.min(rows::norm(&p) * rho);
+            let l = l1.min(m + 0.5 * b_max.exp() * pb2);
+            // Relative error of each exponential the device sums, and of the sum.
+            let theta: Vec<f64> = row
+                .iter()
+                .zip(drow)
+                .map(|(x, b)| (u32r * ((x - mx).abs() + b + b_max)).exp_m1() + 2.0 * u32r)
+                .collect();
+            let theta_mean: f64 =
+                p.iter().zip(drow).zip(&theta).map(|((p, b), t)| p * (b + l).exp() * t).sum();
+            let theta_s = g_sum * (1.0 + theta_mean) + theta_mean;
+            let mut bounds = Vec::with_capacity(n);
+            for j in 0..n {
+                let psi = (1.0 + theta[j]) * (1.0 + u32r).powi(2) / (1.0 - theta_s) - 1.0;
+                let carried = p[j] * ((drow[j] + l).exp() * (1.0 + psi) - 1.0);
+                bounds.push(carried + u * (p[j] + carried) + sub);
+            }
+            let r = rows::norm(&bounds);
+            (p, bounds, r)
         })
-        .unzip()
+        .collect();
+    let mut ex = Vec::with_capacity(e.len());
+    let mut bd = Vec::with_capacity(e.len());
+    let mut rs = Vec::with_capacity(rows.len());
+    for (p, b, r) in rows {
+        ex.extend(p);
+        bd.extend(b);
+        rs.push(r);
+    }
+    (ex, bd, rs)
 }

@@ -1,0 +1,64 @@
+//! Where the f64 bound is loose: for a package, the host reference of every tensor (the
+//! device-precision value the device must match bit for bit, the f64 value and its bound), and
+//! per op output the largest error, the largest bound and the worst error/bound ratio.
+//!
+//! `cargo run --release -p ipu-host --example bound_probe -- PACKAGE [NAME=FILE.npy]... [--seed S]`
+
+use ipu_host::{npy, reference, session, verdict};
+use ipu_schema::Direction;
+use std::collections::BTreeMap;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().expect("usage: bound_probe PACKAGE [NAME=FILE.npy]... [--seed S]");
+    let mut files = BTreeMap::new();
+    let mut seed = 1u64;
+    while let Some(a) = args.next() {
+        if a == "--seed" {
+            seed = args.next().expect("--seed S").parse().expect("seed");
+        } else {
+            let (n, f) = a.split_once('=').expect("NAME=FILE.npy");
+            files.insert(n.to_string(), npy::read(std::path::Path::new(f)).expect("npy"));
+        }
+    }
+    let pkg = session::read_package(std::path::Path::new(&path)).expect("package");
+    let g = ipu_host::model::parse("<package model>", &pkg.info.model_source).expect("model");
+    let mut src = session::param_values(&pkg).expect("params");
+    for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Input) {
+        let t =
+            files.remove(&b.name).unwrap_or_else(|| session::generated(b, session::iteration_seed(seed, 1)));
+        src.insert(b.name.clone(), t);
+    }
+    let ev = reference::evaluate(&g, &src, &pkg.plan.grids, &pkg.plan.alpha_on_a).expect("evaluate");
+    println!(
+        "{:>4} {:<28} {:<10} {:>8} {:>11} {:>11} {:>11} {:>9} {:>7}",
+        "op", "output", "kind", "elems", "max_err", "max_bound", "max_|y|", "worst_r", "over"
+    );
+    for (i, op) in g.ops.iter().enumerate() {
+        let t = g.tensor(op.output);
+        let dev = &ev.device[&t.name];
+        let (ex, bd) = (&ev.exact[&t.name], &ev.bound[&t.name]);
+        let v = verdict::Values { dtype: dev.dtype, scale: t.scale, data: &dev.data };
+        let (mut me, mut mb, mut my, mut wr, mut over) = (0f64, 0f64, 0f64, 0f64, 0u64);
+        for j in 0..ex.len() {
+            let e = verdict::abs_error(verdict::real(&v, j), ex[j]);
+            me = me.max(e);
+            mb = mb.max(bd[j]);
+            my = my.max(ex[j].abs());
+            if e > 0.0 {
+                wr = wr.max(e / bd[j]);
+            }
+            if e > bd[j] || e.is_nan() {
+                over += 1;
+            }
+        }
+        let kind = format!("{:?}", op.kind);
+        let kind: String = kind.chars().take_while(|c| c.is_alphanumeric()).collect();
+        println!(
+            "{i:>4} {:<28} {:<10} {:>8} {me:>11.4e} {mb:>11.4e} {my:>11.4e} {wr:>9.4} {over:>7}",
+            t.name,
+            kind,
+            ex.len()
+        );
+    }
+}
