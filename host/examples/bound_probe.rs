@@ -31,22 +31,35 @@ fn main() {
     }
     let ev = reference::evaluate(&g, &src, &pkg.plan.grids, &pkg.plan.alpha_on_a).expect("evaluate");
     println!(
-        "{:>4} {:<28} {:<10} {:>8} {:>11} {:>11} {:>11} {:>9} {:>7}",
-        "op", "output", "kind", "elems", "max_err", "max_bound", "max_|y|", "worst_r", "over"
+        "{:>4} {:<24} {:<10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>5}",
+        "op",
+        "output",
+        "kind",
+        "elems",
+        "max_err",
+        "max_bound",
+        "max_rig",
+        "max_|y|",
+        "worst_r",
+        "rig_r",
+        "over"
     );
     for (i, op) in g.ops.iter().enumerate() {
         let t = g.tensor(op.output);
         let dev = &ev.device[&t.name];
-        let (ex, bd) = (&ev.exact[&t.name], &ev.bound[&t.name]);
+        let (ex, bd, rg) = (&ev.exact[&t.name], &ev.bound[&t.name], &ev.rigorous[&t.name]);
         let v = verdict::Values { dtype: dev.dtype, scale: t.scale, data: &dev.data };
         let (mut me, mut mb, mut my, mut wr, mut over) = (0f64, 0f64, 0f64, 0f64, 0u64);
+        let (mut mr, mut rr) = (0f64, 0f64);
         for j in 0..ex.len() {
             let e = verdict::abs_error(verdict::real(&v, j), ex[j]);
             me = me.max(e);
             mb = mb.max(bd[j]);
             my = my.max(ex[j].abs());
+            mr = mr.max(rg[j]);
             if e > 0.0 {
                 wr = wr.max(e / bd[j]);
+                rr = rr.max(e / rg[j]);
             }
             if e > bd[j] || e.is_nan() {
                 over += 1;
@@ -55,10 +68,15 @@ fn main() {
         let kind = format!("{:?}", op.kind);
         let kind: String = kind.chars().take_while(|c| c.is_alphanumeric()).collect();
         println!(
-            "{i:>4} {:<28} {:<10} {:>8} {me:>11.4e} {mb:>11.4e} {my:>11.4e} {wr:>9.4} {over:>7}",
-            t.name,
+            "{i:>4} {:<24} {:<10} {:>7} {me:>10.3e} {mb:>10.3e} {mr:>10.3e} {my:>10.3e} {wr:>8.4} {rr:>8.4} {over:>5}",
+            &t.name[..t.name.len().min(24)],
             kind,
             ex.len()
         );
     }
+    println!(
+        "probabilistic elements: {} (union bound {:.2e})",
+        ev.events,
+        ev.events as f64 * 2.0 * (-reference::LAMBDA.powi(2) / 2.0).exp()
+    );
 }

@@ -72,8 +72,28 @@ pub struct Affine<'a> {
     pub bound: Option<&'a [f64]>,
 }
 
-/// f64 layer normalisation of the exact inputs, per element a bound on |device − f64| and per
-/// row a bound on the norm of the row's error (docs/reliability.md "The verdict", layernorm).
+/// Row statistics of the input's errors a bound set gives: `m₁ ≥ |mean Δx|`, `‖δ‖ ≤ ρ`,
+/// `|d·δ| ≤ d_dot`, `σ̂ ≥ σ_lo`, `|σ̂ − σ| ≤ Δσ`, and per element `|Δz_i| ≤ (e_i + m₁ + |z_i|Δσ)/σ_lo`.
+struct Perturbation {
+    m1: f64,
+    rho: f64,
+    d_dot: f64,
+    sigma_lo: f64,
+    d_sigma: f64,
+}
+
+fn perturbation(dev: &[f64], e: &[f64], rho: f64, sigma: f64) -> Perturbation {
+    let n = dev.len() as f64;
+    let rho = rho.min(super::rows::norm(e));
+    let m1 = (e.iter().sum::<f64>() / n).min(rho / n.sqrt());
+    let d_dot = dev.iter().zip(e).map(|(a, b)| a.abs() * b).sum::<f64>().min(super::rows::norm(dev) * rho);
+    let sigma_lo = (sigma * sigma - 2.0 * d_dot / n).max(0.0).sqrt();
+    let d_sigma = (2.0 * d_dot + rho * rho) / (n * (sigma_lo + sigma));
+    Perturbation { m1, rho, d_dot, sigma_lo, d_sigma }
+}
+
+/// f64 layer normalisation of the exact inputs and its bounds (docs/reliability.md "The
+/// verdict", layernorm).
 ///
 /// With `d = x − μ`, `σ = √(var + eps)`, `z = d/σ` of the exact row and the input's errors `Δx`
 /// (`|Δx_i| ≤ b_i`, `‖Δx‖ ≤ ρ`): the centred error `δ = Δx − mean(Δx)` has `|δ_i| ≤ b_i + m₁`,
@@ -83,18 +103,22 @@ pub struct Affine<'a> {
 /// `|Δz_i| ≤ (b_i + m₁ + |z_i|Δσ)/σ_lo` — no linearisation. Only when `σ_lo = 0` (errors as large
 /// as the row's spread) the global `|ẑ_i| ≤ √D` is used. Then the kernel's f32 statistics at the
 /// device's input, the affine step and one f16 rounding.
+///
+/// Probabilistic branch: the linear part `J·Δx`, `J = (I − 11ᵀ/D − zzᵀ/D)/σ` (`‖J‖₂ = 1/σ`,
+/// row i of norm `√(1 − 1/D − z_i²(2 − κ)/D)/σ`, `κ = ‖z‖²/D`), maps the random part; the
+/// remainder `(ẑ − z) − J·Δx = δ(1/σ̂ − 1/σ) − z((σ̂ − σ)/σ̂ − z·δ/(Dσ))` is at most
+/// `(e_i + m₁)Δσ/(σσ_lo) + |z_i|(2|d·δ|Δσ/(Dσ²σ_lo) + ρ²/(Dσ_lo(σ_lo + σ)))` (second order).
 pub fn exact(
     ex: &[f64],
-    bd: &[f64],
-    rho: &[f64],
+    bounds: &super::bounds::Bounds,
     d: usize,
     gamma: Affine<'_>,
     beta: Affine<'_>,
     eps: f32,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let u32r = super::unit_roundoff(ipu_schema::DType::F32);
-    let (u16r, sub16) =
-        (super::unit_roundoff(ipu_schema::DType::F16), super::underflow_error(ipu_schema::DType::F16));
+) -> (Vec<f64>, super::bounds::Bounds) {
+    use super::bounds::half_ulp;
+    use ipu_schema::DType;
+    let u32r = super::unit_roundoff(DType::F32);
     // The kernel's sums: an element goes through at most D/2 + 3 additions in its lane, one lane
     // merge and five merges of the workers' partials.
     let n_sum = d as u64 / 2 + 10;
@@ -102,84 +126,152 @@ pub fn exact(
     // var: squares of rounded deviations, summed, scaled by the rounded 1/D; then eps, √, 1/x.
     let theta_r = 0.5 * super::gamma(n_sum + 6, u32r) + 3.0 * u32r;
     let theta_z = theta_r + 2.1 * u32r;
-    let mut out_e = vec![0f64; ex.len()];
-    let mut out_b = vec![0f64; ex.len()];
-    let mut out_r = vec![0f64; rho.len()];
-    out_e
-        .par_chunks_mut(d)
-        .zip(out_b.par_chunks_mut(d))
-        .zip(out_r.par_iter_mut())
-        .zip(ex.par_chunks(d).zip(bd.par_chunks(d)).zip(rho.par_iter()))
-        .for_each(|(((oe, ob), or), ((x, e), &rho_in))| {
+    let rows = ex.len() / d;
+    // Per row: [b, sd, dg, det] per element and [ρ, sv, dr].
+    let out: Vec<(Vec<f64>, [Vec<f64>; 4], [f64; 3])> = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let row = r * d..(r + 1) * d;
+            let x = &ex[row.clone()];
+            let (e, comb) = (&bounds.b[row.clone()], &bounds.comb[row.clone()]);
+            let (sd_in, dg_in, det_in) =
+                (&bounds.sd[row.clone()], &bounds.dg[row.clone()], &bounds.det[row.clone()]);
             let n = d as f64;
             let mu = x.iter().sum::<f64>() / n;
-            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
-            let sigma = (var + eps as f64).sqrt();
-            let rho_in = rho_in.min(super::rows::norm(e));
-            let e_sum = e.iter().sum::<f64>();
-            let m1 = (e_sum / n).min(rho_in / n.sqrt());
             let dev: Vec<f64> = x.iter().map(|v| v - mu).collect();
-            let d_dot = dev
-                .iter()
-                .zip(e)
-                .map(|(a, b)| a.abs() * b)
-                .sum::<f64>()
-                .min(super::rows::norm(&dev) * rho_in);
-            let sigma_lo = (sigma * sigma - 2.0 * d_dot / n).max(0.0).sqrt();
-            let d_sigma = (2.0 * d_dot + rho_in * rho_in) / (n * (sigma_lo + sigma));
-            // The kernel's mean at the device's input: |μ̂ − μ(x̂)| ≤ e_mu.
-            let abs_mean = x.iter().map(|v| v.abs()).sum::<f64>() / n + e_sum / n;
-            let e_mu = g_sum * abs_mean + 2.01 * u32r * (mu.abs() + m1);
-            let fallback = sigma_lo <= 0.0;
-            let z_norm = (dev.iter().map(|v| v * v).sum::<f64>()).sqrt() / sigma;
+            let var = dev.iter().map(|v| v * v).sum::<f64>() / n;
+            let sigma = (var + eps as f64).sqrt();
+            let z: Vec<f64> = dev.iter().map(|v| v / sigma).collect();
+            let z_norm = super::rows::norm(&z);
             let kappa = z_norm * z_norm / n;
-            let c_max = 2.0 * sigma / (sigma_lo + sigma);
-            let rho_dz = if fallback {
-                f64::INFINITY
-            } else {
-                ((c_max * kappa - 1.0).max(1.0) * rho_in
-                    + z_norm * rho_in * rho_in / (n * (sigma_lo + sigma)))
-                    / sigma_lo
+            let rig = perturbation(&dev, e, bounds.rho[r], sigma);
+            let pc = perturbation(&dev, comb, bounds.rho[r], sigma);
+            // The kernel's mean at the device's input: |μ̂ − μ(x̂)| ≤ e_mu (with the input's bound e).
+            let abs_mean = x.iter().map(|v| v.abs()).sum::<f64>() / n;
+            let e_mu = |p: &Perturbation, e: &[f64]| {
+                g_sum * (abs_mean + e.iter().sum::<f64>() / n) + 2.01 * u32r * (mu.abs() + p.m1)
             };
-            let g_max = (0..d)
-                .map(|i| gamma.exact.map_or(1.0, |v| v[i].abs()) + gamma.bound.map_or(0.0, |v| v[i]))
-                .fold(0f64, f64::max);
-            let (mut fz_sq, mut dz_sq, mut other_sq) = (0f64, 0f64, 0f64);
-            for i in 0..d {
-                let z = dev[i] / sigma;
-                let global = z.abs() + n.sqrt() * (1.0 + theta_z);
-                let (dz, fz) = if fallback {
+            let (e_mu_r, e_mu_c) = (e_mu(&rig, e), e_mu(&pc, comb));
+            // The f32 statistics: ẑ_dev = (x̂ − μ̂)/√(V + eps)·(1 + θ_z), V = var(x̂) + (μ̂ − μ(x̂))².
+            let f32_err = |zh: f64, e_mu: f64, s_lo: f64| {
+                e_mu / s_lo + zh * e_mu * e_mu / (2.0 * s_lo * s_lo) + theta_z * (zh + e_mu / s_lo)
+            };
+            // Rigorous |Δz_i| (carried, with the f32 statistics) per element.
+            let dz_rig = |i: usize| -> (f64, f64) {
+                let global = z[i].abs() + n.sqrt() * (1.0 + theta_z);
+                if rig.sigma_lo <= 0.0 {
+                    return (global, 0.0);
+                }
+                let dz = (e[i] + rig.m1 + z[i].abs() * rig.d_sigma) / rig.sigma_lo;
+                let fz = f32_err(z[i].abs() + dz, e_mu_r, rig.sigma_lo);
+                if dz + fz > global {
                     (global, 0.0)
                 } else {
-                    let dz = (e[i] + m1 + z.abs() * d_sigma) / sigma_lo;
-                    // The f32 statistics: ẑ_dev = (x̂ − μ̂)/√(V + eps)·(1 + θ_z) with
-                    // V = var(x̂) + (μ̂ − μ(x̂))².
-                    let zh = z.abs() + dz;
-                    let fz = e_mu / sigma_lo
-                        + zh * e_mu * e_mu / (2.0 * sigma_lo * sigma_lo)
-                        + theta_z * (zh + e_mu / sigma_lo);
-                    if dz + fz > global {
-                        (global, 0.0)
-                    } else {
-                        (dz, fz)
-                    }
-                };
+                    (dz, fz)
+                }
+            };
+            let c_max = 2.0 * sigma / (rig.sigma_lo + sigma);
+            let rho_dz = if rig.sigma_lo <= 0.0 {
+                f64::INFINITY
+            } else {
+                ((c_max * kappa - 1.0).max(1.0) * rig.rho
+                    + z_norm * rig.rho * rig.rho / (n * (rig.sigma_lo + sigma)))
+                    / rig.sigma_lo
+            };
+            // Probabilistic: the linear map J of the random and deterministic parts.
+            let prob = pc.sigma_lo > 0.0;
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / n;
+            let zmean = |v: &[f64]| z.iter().zip(v).map(|(z, s)| z.abs() * s).sum::<f64>() / n;
+            let (mean_sd, zsd, mean_det, zdet) = (mean(sd_in), zmean(sd_in), mean(det_in), zmean(det_in));
+            let dg2: Vec<f64> = dg_in.iter().map(|x| x * x).collect();
+            let (dg_a, dg_b, dg_c) = (
+                dg2.iter().sum::<f64>(),
+                z.iter().zip(&dg2).map(|(z, g)| z * g).sum::<f64>(),
+                z.iter().zip(&dg2).map(|(z, g)| z * z * g).sum::<f64>(),
+            );
+            let dg_max = dg_in.iter().fold(0f64, |m, x| m.max(*x));
+            let g_at = |i: usize| gamma.exact.map_or(1.0, |v| v[i]);
+            let g_max =
+                (0..d).map(|i| g_at(i).abs() + gamma.bound.map_or(0.0, |v| v[i])).fold(0f64, f64::max);
+            let g_max_exact = (0..d).map(|i| g_at(i).abs()).fold(0f64, f64::max);
+            let (mut fz_sq, mut dz_sq, mut other_sq, mut new_det_sq) = (0f64, 0f64, 0f64, 0f64);
+            let mut cols: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(d));
+            let mut y_out = Vec::with_capacity(d);
+            for i in 0..d {
+                let (dz, fz) = dz_rig(i);
                 dz_sq += dz * dz;
                 fz_sq += fz * fz;
                 let dz = dz + fz;
-                let (g, gb) = (gamma.exact.map_or(1.0, |v| v[i]), gamma.bound.map_or(0.0, |v| v[i]));
+                let (g, gb) = (g_at(i), gamma.bound.map_or(0.0, |v| v[i]));
                 let (b, bb) = (beta.exact.map_or(0.0, |v| v[i]), beta.bound.map_or(0.0, |v| v[i]));
-                let y = z * g + b;
-                let f32_affine = 4.0 * u32r * ((z.abs() + dz) * (g.abs() + gb) + b.abs());
-                let carried = g.abs() * dz + (z.abs() + dz) * gb + bb + f32_affine;
-                let fresh = u16r * (y.abs() + carried) + sub16;
-                let other = (z.abs() + dz) * gb + bb + f32_affine + fresh;
+                let y = z[i] * g + b;
+                let f32_affine = 4.0 * u32r * ((z[i].abs() + dz) * (g.abs() + gb) + b.abs());
+                let carried = g.abs() * dz + (z[i].abs() + dz) * gb + bb + f32_affine;
+                let fresh = half_ulp(DType::F16, 0, y.abs() + carried);
+                let other = (z[i].abs() + dz) * gb + bb + f32_affine + fresh;
                 other_sq += other * other;
-                oe[i] = y;
-                ob[i] = carried + fresh;
+                let bd = carried + fresh;
+                // Probabilistic branch of the same element.
+                let (sd, dg, det) = if prob {
+                    let row_i = (1.0 - 1.0 / n - z[i] * z[i] * (2.0 - kappa) / n).max(0.0).sqrt();
+                    let sd_z =
+                        ((sd_in[i] + mean_sd + z[i].abs() * zsd) / sigma).min(bounds.sv[r] * row_i / sigma);
+                    let ci = (1.0 + z[i] * z[i]) / n;
+                    let dg_j = ((dg2[i] * (1.0 - 2.0 * ci)
+                        + (dg_a + 2.0 * z[i] * dg_b + z[i] * z[i] * dg_c) / (n * n))
+                        .max(0.0))
+                    .sqrt()
+                        / sigma;
+                    let det_lin = ((det_in[i] + mean_det + z[i].abs() * zdet) / sigma)
+                        .min(bounds.dr[r] * row_i / sigma);
+                    let rem = (comb[i] + pc.m1) * pc.d_sigma / (sigma * pc.sigma_lo)
+                        + z[i].abs()
+                            * (2.0 * pc.d_dot * pc.d_sigma / (n * sigma * sigma * pc.sigma_lo)
+                                + pc.rho * pc.rho / (n * pc.sigma_lo * (pc.sigma_lo + sigma)));
+                    let dz_c = (comb[i] + pc.m1 + z[i].abs() * pc.d_sigma) / pc.sigma_lo;
+                    let fz_c = f32_err(z[i].abs() + dz_c, e_mu_c, pc.sigma_lo);
+                    let dzc = (dz_c + fz_c).min(dz);
+                    let new_det = g.abs() * (rem + fz_c)
+                        + (z[i].abs() + dzc) * gb
+                        + bb
+                        + 4.0 * u32r * ((z[i].abs() + dzc) * (g.abs() + gb) + b.abs());
+                    new_det_sq += new_det * new_det;
+                    (g.abs() * (sd_z + dg_j), fresh, g.abs() * det_lin + new_det)
+                } else {
+                    (0.0, 0.0, bd)
+                };
+                y_out.push(y);
+                cols[0].push(bd);
+                cols[1].push(sd);
+                cols[2].push(dg);
+                cols[3].push(det);
             }
             let dz_row = rho_dz.min(dz_sq.sqrt()) + fz_sq.sqrt();
-            *or = (g_max * dz_row + other_sq.sqrt()).min(super::rows::norm(ob));
-        });
-    (out_e, out_b, out_r)
+            let rho = g_max * dz_row + other_sq.sqrt();
+            let (sv, dr) = if prob {
+                (
+                    g_max_exact * (bounds.sv[r] + dg_max) / sigma,
+                    g_max_exact * bounds.dr[r] / sigma + new_det_sq.sqrt(),
+                )
+            } else {
+                (0.0, f64::NAN)
+            };
+            (y_out, cols, [rho, sv, dr])
+        })
+        .collect();
+    let mut ys = Vec::with_capacity(ex.len());
+    let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(ex.len()));
+    let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::with_capacity(rows));
+    for (y, c, q) in out {
+        ys.extend(y);
+        for (dst, src) in el.iter_mut().zip(c) {
+            dst.extend(src);
+        }
+        for (dst, src) in rw.iter_mut().zip(q) {
+            dst.push(src);
+        }
+    }
+    let [b, sd, dg, det] = el;
+    let [rho, sv, dr] = rw;
+    (ys, super::bounds::Bounds::new(super::bounds::Parts { b, rho, sd, dg, sv, det, dr }, d))
 }

@@ -1,35 +1,31 @@
-//! The f64 value of a matmul and its per-element error bound, computed from the exact values
-//! (docs/reliability.md "The verdict", matmul). The bound never reads the device-precision
-//! values: a reference that computed something else could not widen it.
+//! The f64 value of a matmul and its error bounds (docs/reliability.md "The verdict", matmul),
+//! computed from the exact values: the bounds never read the device-precision values.
 //!
-//! For one output `c = Σ_k a_k·b_k` the device's error is at most
-//! - **carried**: `|Σ (Δa·b̂ + a·Δb)|` for the operands' own errors, bounded by the smaller of
+//! For one output `c = Σ_k a_k·b_k` the device's error is made of
+//! - **carried** errors of the operands, `Σ (Δa·b̂ + a·Δb)`: rigorously at most the smaller of
 //!   `Σ δa(|b| + δb) + |a|δb` (elementwise) and `ρ_a(‖b‖ + ρ_b) + ‖a‖ρ_b` (Cauchy–Schwarz with
-//!   the row / column norms of the errors, `rows.rs`);
-//! - **f32 arithmetic** inside the AMP: each product (exact in f32) goes through at most 7
-//!   f32 additions before its block is rounded (`γ(7, 2⁻²⁴)·Σ|a||b|`), and each block's carried
+//!   the row / column norms of the errors, `rows.rs`); in the probabilistic branch the random
+//!   parts map linearly (`min(Σ|b|·sd_a, sv_a·‖b‖)` and the same for `b`), the deterministic
+//!   parts elementwise, and `Δa·Δb` is a second-order term;
+//! - **f32 arithmetic** inside the AMP: each product (exact in f32) goes through at most 7 f32
+//!   additions before its block is rounded (`γ(7, 2⁻²⁴)·Σ|a||b|`), and each block's carried
 //!   partial sum (the "pin") through at most 4 (`γ(4, 2⁻²⁴)·|pin|`);
 //! - **partial-sum roundings**: every K block's sum is rounded to the accumulation type, and so
 //!   is every K-split merge. The value rounded at step j is at most
-//!   `T_j = |S_j| + carried + E_{j−1} + f32` in magnitude, with `S_j` the exact partial sum at
-//!   that point (the same blocks, the same K-split pieces, the planner's reduction tree) and
-//!   `E_{j−1}` the bound accumulated so far, so the rounding errors add up to at most
-//!   `Σ c_j`, `c_j = u·T_j + underflow`. This is the running (a-posteriori) error bound: it
-//!   follows the actual partial sums, which cancel, instead of `γ(n)·Σ|a||b|`.
-//!   Where `n` is large the probabilistic bound of Higham & Mary (2019) is smaller:
-//!   the rounding errors `δ_j·t_j` (`|δ_j| ≤ u`) are martingale differences when each `δ_j` is
-//!   mean-zero given the earlier ones (their model), and Azuma–Hoeffding gives
-//!   `|Σ δ_j t_j| ≤ λ·√(Σ c_j²)` with probability at least `1 − 2·exp(−λ²/2)`. The bound takes
-//!   the smaller of the two with [`LAMBDA`].
+//!   `T_j = |S_j| + carried + E_{j−1} + f32` in magnitude, `S_j` the exact partial sum at that
+//!   point (the same blocks, the same K-split pieces, the planner's reduction tree) and
+//!   `E_{j−1}` the bound accumulated so far: rigorously the roundings add up to at most
+//!   `Σ_j (u·T_j + underflow)` — the running (a-posteriori) bound, which follows the actual
+//!   partial sums instead of `γ(n)·Σ|a||b|`. In the probabilistic branch (Higham & Mary 2019)
+//!   the rounding errors `δ_j·S_j` are independent random terms of scale `u·|S_j|`, which add in
+//!   quadrature (`√Σ (u·S_j)²`, the `√n·u` of their analysis in place of `n·u`), and
+//!   `u·(T_j − |S_j|)` is deterministic.
 
-use super::{gamma, gemm64, rows, underflow_error, unit_roundoff};
+use super::bounds::{half_ulp, Bounds, Parts};
+use super::{gamma, gemm64, rows, unit_roundoff};
 use ipu_core::plan::matmul::split;
 use ipu_schema::DType;
 use rayon::prelude::*;
-
-/// λ of the probabilistic accumulation bound: each output element where it is smaller than the
-/// rigorous one fails with probability at most `2·exp(−λ²/2) = 5.2·10⁻¹⁸` under the model.
-pub const LAMBDA: f64 = 9.0;
 
 /// Index arithmetic of a (batched, transposable) matmul.
 pub(super) struct MatMulLayout {
@@ -56,85 +52,127 @@ pub(super) struct Rounding {
     pub alpha: Option<f64>,
 }
 
-/// One operand: f64 values, elementwise bounds and row bounds (rows of its last axis).
+/// One operand: f64 values and their bounds.
 pub(super) struct Operand<'a> {
     pub exact: &'a [f64],
-    pub bound: &'a [f64],
-    pub rows: &'a [f64],
+    pub bounds: &'a Bounds,
 }
 
-/// f64 values, elementwise bounds and row bounds of every output of `alpha·A·B`.
+/// An operand laid out as `[entries][rows][cols]`, row-major over the contraction where it is
+/// a column (`B`) or a row (`A`): values and each bound array gathered the same way.
+struct Laid {
+    v: Vec<f64>,
+    abs: Vec<f64>,
+    sq: Vec<f64>,
+    /// |x| + b (rigorous magnitude).
+    mag: Vec<f64>,
+    b: Vec<f64>,
+    sd: Vec<f64>,
+    dg2: Vec<f64>,
+    dg: Vec<f64>,
+    det: Vec<f64>,
+    comb: Vec<f64>,
+}
+
+fn lay(x: &Operand<'_>, entries: usize, rows: usize, cols: usize, transposed: bool) -> Laid {
+    let len = entries * rows * cols;
+    let z = || vec![0f64; len];
+    let mut l =
+        Laid { v: z(), abs: z(), sq: z(), mag: z(), b: z(), sd: z(), dg2: z(), dg: z(), det: z(), comb: z() };
+    let bd = x.bounds;
+    for bi in 0..entries {
+        for r0 in 0..rows {
+            for c in 0..cols {
+                let src = bi * rows * cols + if transposed { c * rows + r0 } else { r0 * cols + c };
+                let dst = bi * rows * cols + r0 * cols + c;
+                let e = x.exact[src];
+                l.v[dst] = e;
+                l.abs[dst] = e.abs();
+                l.sq[dst] = e * e;
+                l.mag[dst] = e.abs() + bd.b[src];
+                l.b[dst] = bd.b[src];
+                l.sd[dst] = bd.sd[src];
+                l.dg[dst] = bd.dg[src];
+                l.dg2[dst] = bd.dg[src] * bd.dg[src];
+                l.det[dst] = bd.det[src];
+                l.comb[dst] = bd.comb[src];
+            }
+        }
+    }
+    l
+}
+
+/// Per row of `x` (`[rows][cols]`), the tracked row bound where the row is the tensor's own
+/// row (`tracked`), never above the norm of its elements.
+fn row_bounds(x: &[f64], cols: usize, tracked: Option<&[f64]>) -> Vec<f64> {
+    x.chunks(cols.max(1))
+        .enumerate()
+        .map(|(i, r)| {
+            let e = rows::norm(r);
+            tracked.and_then(|t| t.get(i)).map_or(e, |t| t.min(e))
+        })
+        .collect()
+}
+
+/// Per column of `x` (`[entries][k][n]`), its norm over k, or the tracked bound.
+fn col_bounds(x: &[f64], entries: usize, k: usize, n: usize, tracked: Option<&[f64]>) -> Vec<f64> {
+    (0..entries * n)
+        .map(|e| {
+            let (bi, j) = (e / n.max(1), e % n.max(1));
+            let c = (0..k).map(|q| x[(bi * k + q) * n + j].powi(2)).sum::<f64>().sqrt();
+            tracked.and_then(|t| t.get(e)).map_or(c, |t| t.min(c))
+        })
+        .collect()
+}
+
+/// f64 values and bounds of every output of `alpha·A·B`.
 pub(super) fn matmul_exact(
     l: &MatMulLayout,
     a: Operand<'_>,
     b: Operand<'_>,
     len: u64,
     r: &Rounding,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+) -> (Vec<f64>, Bounds) {
     let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
     let batch = len as usize / (m * n).max(1);
     let u32r = unit_roundoff(DType::F32);
-    // Operands laid out once as [batch][m][k] and [batch][k][n] (row-major over the loop that
-    // vectorises), with |x| + δx beside each value; the f64 sums then run over contiguous rows.
-    let gather = |e: &[f64], d: &[f64], batched: bool, rows: usize, cols: usize, transposed: bool| {
-        let nb = if batched { batch } else { 1 };
-        let mut v = vec![0f64; nb * rows * cols];
-        let mut mag = vec![0f64; nb * rows * cols];
-        let mut del = vec![0f64; nb * rows * cols];
-        for bi in 0..nb {
-            for r0 in 0..rows {
-                for c in 0..cols {
-                    let src = bi * rows * cols + if transposed { c * rows + r0 } else { r0 * cols + c };
-                    let dst = bi * rows * cols + r0 * cols + c;
-                    v[dst] = e[src];
-                    mag[dst] = e[src].abs() + d[src];
-                    del[dst] = d[src];
-                }
-            }
+    let (a_entries, b_entries) = (if l.a_batched { batch } else { 1 }, if l.b_batched { batch } else { 1 });
+    let al = lay(&a, a_entries, m, k, l.ta);
+    let bl = lay(&b, b_entries, k, n, l.tb);
+    // Rows of A over K: tracked bounds apply where K is A's last axis.
+    fn when(on: bool, t: &[f64]) -> Option<&[f64]> {
+        if on {
+            Some(t)
+        } else {
+            None
         }
-        (v, mag, del)
-    };
-    let (av, am, ad) = gather(a.exact, a.bound, l.a_batched, m, k, l.ta);
-    let (bv, bm, bd) = gather(b.exact, b.bound, l.b_batched, k, n, l.tb);
-    let b_entries = if l.b_batched { batch } else { 1 };
-    // Row norms of A over K (value and error) and column norms of B over K. The error norms are
-    // the tracked row bounds where K is the operand's last axis, else their elements'.
-    let a_norm: Vec<f64> = av.chunks(k.max(1)).map(rows::norm).collect();
-    let a_rho: Vec<f64> = ad
-        .chunks(k.max(1))
-        .enumerate()
-        .map(|(i, d)| {
-            let e = rows::norm(d);
-            if l.ta {
-                e
-            } else {
-                a.rows.get(i).map_or(e, |r| r.min(e))
-            }
-        })
-        .collect();
-    let col = |x: &[f64], bi: usize, j: usize| {
-        (0..k).map(|kk| x[(bi * k + kk) * n + j].powi(2)).sum::<f64>().sqrt()
-    };
-    let b_norm: Vec<f64> = (0..b_entries * n).map(|e| col(&bv, e / n.max(1), e % n.max(1))).collect();
-    let b_rho: Vec<f64> = (0..b_entries * n)
-        .map(|e| {
-            let c = col(&bd, e / n.max(1), e % n.max(1));
-            if l.tb {
-                b.rows.get(e).map_or(c, |r| r.min(c))
-            } else {
-                c
-            }
-        })
-        .collect();
+    }
+    let a_tr = |t| when(!l.ta, t);
+    let a_norm = row_bounds(&al.v, k, None);
+    let a_rho = row_bounds(&al.b, k, a_tr(&a.bounds.rho));
+    let a_sv = row_bounds(&al.sd, k, a_tr(&a.bounds.sv));
+    let a_dr = row_bounds(&al.det, k, a_tr(&a.bounds.dr));
+    let a_cn = row_bounds(&al.comb, k, None);
+    let a_dgmax: Vec<f64> = al.dg.chunks(k.max(1)).map(|r| r.iter().fold(0f64, |m, x| m.max(*x))).collect();
+    // Columns of B over K: tracked where B is stored transposed (K its last axis).
+    let b_tr = |t| when(l.tb, t);
+    let b_norm = col_bounds(&bl.v, b_entries, k, n, None);
+    let b_rho = col_bounds(&bl.b, b_entries, k, n, b_tr(&b.bounds.rho));
+    let b_svc = col_bounds(&bl.sd, b_entries, k, n, b_tr(&b.bounds.sv));
+    let b_drc = col_bounds(&bl.det, b_entries, k, n, b_tr(&b.bounds.dr));
+    let b_cn = col_bounds(&bl.comb, b_entries, k, n, None);
+    // Rows of B over N (the output row's axis), tracked where B is not transposed.
+    let b_trr = |t| when(!l.tb, t);
+    let b_svr = row_bounds(&bl.sd, n, b_trr(&b.bounds.sv));
+    let b_drr = row_bounds(&bl.det, n, b_trr(&b.bounds.dr));
     // Per entry of B: ‖B‖₂ (upper bound) and ‖ΔB‖_F.
     let b_spec: Vec<f64> =
-        (0..b_entries).map(|bi| rows::spectral_upper(&bv[bi * k * n..(bi + 1) * k * n], k, n)).collect();
+        (0..b_entries).map(|bi| rows::spectral_upper(&bl.v[bi * k * n..(bi + 1) * k * n], k, n)).collect();
     let b_err_f: Vec<f64> = (0..b_entries).map(|bi| rows::norm(&b_rho[bi * n..(bi + 1) * n])).collect();
-    let exact_operands = ad.iter().all(|x| *x == 0.0) && bd.iter().all(|x| *x == 0.0);
-    let a_abs: Vec<f64> = if exact_operands { Vec::new() } else { av.iter().map(|v| v.abs()).collect() };
-    let al = r.alpha.unwrap_or(1.0);
-    // B's panels packed once per batch entry and shared by every row block: whole (the sums
-    // and the elementwise bounds) and per K block (the partial sums of the rounding bound).
+    let (a_exact, b_exact) = (a.bounds.is_exact(), b.bounds.is_exact());
+    let alpha = r.alpha.unwrap_or(1.0);
+    // B's panels packed once per batch entry and shared by every row block: whole, and per K
+    // block for the partial sums of the rounding bound.
     let pack = |x: &[f64]| -> Vec<gemm64::Panels> {
         (0..b_entries).map(|bi| gemm64::Panels::new(&x[bi * k * n..(bi + 1) * k * n], k, n)).collect()
     };
@@ -145,128 +183,186 @@ pub(super) fn matmul_exact(
             (0..kb)
                 .map(|q| {
                     let (k0, k1) = (q * bs, ((q + 1) * bs).min(k));
-                    gemm64::Panels::new(&bv[(bi * k + k0) * n..(bi * k + k1) * n], k1 - k0, n)
+                    gemm64::Panels::new(&bl.v[(bi * k + k0) * n..(bi * k + k1) * n], k1 - k0, n)
                 })
                 .collect()
         })
         .collect();
-    let (bvp, bmp) = (pack(&bv), pack(&bm));
-    let bdp = if exact_operands { Vec::new() } else { pack(&bd) };
-    // Rounding of the partial sums: blocks round once from f32; merges add two partials in f32
-    // and round (twice, for f16 partials: f32 then f16).
-    let (u_blk, u_merge, sub) = match r.acc {
-        DType::F32 => (0.0, u32r, underflow_error(DType::F32)),
-        acc => (unit_roundoff(acc), unit_roundoff(acc) + 2.0 * u32r, underflow_error(acc)),
+    let (bvp, bmp, babs, bsq) = (pack(&bl.v), pack(&bl.mag), pack(&bl.abs), pack(&bl.sq));
+    let packed = |x: &[f64]| if b_exact { Vec::new() } else { pack(x) };
+    let (bbp, bsdp, bdg2p, bdetp, bcombp) =
+        (packed(&bl.b), packed(&bl.sd), packed(&bl.dg2), packed(&bl.det), packed(&bl.comb));
+    // The rounding of a partial sum of magnitude at most T: blocks round once from f32 (f16
+    // partials) or not at all (f32 partials); merges add two partials in f32 and round (for
+    // f16 partials once more).
+    let round_blk = |t: f64| if r.acc == DType::F32 { 0.0 } else { half_ulp(r.acc, 0, t) };
+    let round_merge = |t: f64| {
+        let h32 = half_ulp(DType::F32, 0, t);
+        if r.acc == DType::F32 {
+            h32
+        } else {
+            h32 + half_ulp(r.acc, 0, t + h32)
+        }
     };
     let (g_terms, g_pin) = (gamma(7, u32r), gamma(4, u32r));
     const ROWS: usize = 16;
     let blocks: Vec<(usize, usize)> =
         (0..batch).flat_map(|bi| (0..m).step_by(ROWS).map(move |i0| (bi, i0))).collect();
-    let out: Vec<(Vec<f64>, Vec<f64>, f64)> = blocks
+    // Per output row: values, [b, sd, dg, det] per element, [ρ, sv, dr].
+    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3]);
+    let out: Vec<Row> = blocks
         .into_par_iter()
         .flat_map_iter(|(bi, i0)| {
             let nr = ROWS.min(m - i0);
             let ai = if l.a_batched { bi } else { 0 } * m + i0;
             let bb = if l.b_batched { bi } else { 0 };
             let ar = ai * k..(ai + nr) * k;
-            let s = gemm64::product([&av[ar.clone()]], [&bvp[bb]], nr);
-            let mag = gemm64::product([&am[ar.clone()]], [&bmp[bb]], nr);
-            let prop = if exact_operands {
-                vec![0f64; nr * n]
+            let prod = |x: &[f64], p: &gemm64::Panels| gemm64::product([&x[ar.clone()]], [p], nr);
+            let none = || vec![0f64; nr * n];
+            let s = prod(&al.v, &bvp[bb]);
+            let mag = prod(&al.mag, &bmp[bb]);
+            // Rigorous carried: δa·(|b| + δb) + |a|·δb; probabilistic: the random parts of each
+            // side (shared and own sources apart), the deterministic parts, Δa·Δb.
+            let (mut prop, sd_a, dg_a, det_a) = if a_exact {
+                (none(), none(), none(), none())
             } else {
-                gemm64::product([&ad[ar.clone()], &a_abs[ar.clone()]], [&bmp[bb], &bdp[bb]], nr)
+                (
+                    prod(&al.b, &bmp[bb]),
+                    prod(&al.sd, &babs[bb]),
+                    prod(&al.dg2, &bsq[bb]),
+                    prod(&al.det, &babs[bb]),
+                )
+            };
+            let (sd_b, dg_b, det_b, second) = if b_exact {
+                (none(), none(), none(), none())
+            } else {
+                prop.iter_mut().zip(prod(&al.abs, &bbp[bb])).for_each(|(p, x)| *p += x);
+                let second = if a_exact { none() } else { prod(&al.comb, &bcombp[bb]) };
+                (prod(&al.abs, &bsdp[bb]), prod(&al.sq, &bdg2p[bb]), prod(&al.abs, &bdetp[bb]), second)
             };
             // Exact partial sums of each K block: [block][row][n].
             let partial: Vec<Vec<f64>> = (0..kb)
                 .map(|q| {
                     let (k0, k1) = (q * bs, ((q + 1) * bs).min(k));
                     let ablk: Vec<f64> = (0..nr)
-                        .flat_map(|x| av[(ai + x) * k + k0..(ai + x) * k + k1].iter().copied())
+                        .flat_map(|x| al.v[(ai + x) * k + k0..(ai + x) * k + k1].iter().copied())
                         .collect();
                     gemm64::product([&ablk], [&block_panels[bb][q]], nr)
                 })
                 .collect();
-            let partial = &partial;
-            let (mag, prop, s) = (mag, prop, s);
+            let (al, a_norm, a_rho, a_sv, a_dr, a_cn, a_dgmax) =
+                (&al, &a_norm, &a_rho, &a_sv, &a_dr, &a_cn, &a_dgmax);
+            let (b_norm, b_rho, b_svc, b_drc, b_cn) = (&b_norm, &b_rho, &b_svc, &b_drc, &b_cn);
+            let (b_svr, b_drr, b_spec, b_err_f) = (&b_svr, &b_drr, &b_spec, &b_err_f);
+            let (round_blk, round_merge) = (&round_blk, &round_merge);
             (0..nr)
-                .map(|x| {
-                    let (an, arho) = (a_norm[ai + x], a_rho[ai + x]);
-                    let mut rnd_sq = 0f64;
-                    let mut alpha_sq = 0f64;
+                .map(move |x| {
+                    let i = ai + x;
+                    let (an, arho, asv, adr) = (a_norm[i], a_rho[i], a_sv[i], a_dr[i]);
                     let mut values = Vec::with_capacity(n);
-                    let bounds = (0..n)
-                        .map(|j| {
-                            let e = x * n + j;
-                            let (bn, brho) = (b_norm[bb * n + j], b_rho[bb * n + j]);
-                            let carried = prop[e].min(arho * (bn + brho) + an * brho);
-                            let f_terms = g_terms * mag[e];
-                            // The partial sums, piece by piece, then the reduction tree.
-                            let mut pieces = vec![(0f64, 0f64); r.tk as usize];
-                            let (mut f_pin, mut sum_c, mut sum_c2) = (0f64, 0f64, 0f64);
-                            for (p, piece) in pieces.iter_mut().enumerate() {
-                                let (kb0, kb1) = split(kb as u64, r.tk, p as u64);
-                                let (mut ps, mut pe) = (0f64, 0f64);
-                                for q in kb0 as usize..kb1 as usize {
-                                    if q > kb0 as usize {
-                                        let f = g_pin * (ps.abs() + carried + pe);
-                                        f_pin += f;
-                                        pe += f;
-                                    }
-                                    ps += partial[q][e];
-                                    if u_blk > 0.0 {
-                                        let c = u_blk * (ps.abs() + carried + pe + f_terms) + sub;
-                                        pe += c;
-                                        sum_c += c;
-                                        sum_c2 += c * c;
-                                    }
+                    let mut cols: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+                    let (mut rnd_sq, mut alpha_sq, mut dgb_max, mut fresh_det_sq) = (0f64, 0f64, 0f64, 0f64);
+                    for j in 0..n {
+                        let e = x * n + j;
+                        let c = bb * n + j;
+                        let carried = prop[e].min(arho * (b_norm[c] + b_rho[c]) + an * b_rho[c]);
+                        let f_terms = g_terms * mag[e];
+                        // The partial sums, piece by piece, then the reduction tree: rigorous
+                        // running bound, and the squares of the roundings' ranges.
+                        let mut pieces = vec![(0f64, 0f64); r.tk as usize];
+                        let (mut f_pin, mut sum_c, mut rand_sq) = (0f64, 0f64, 0f64);
+                        for (p, piece) in pieces.iter_mut().enumerate() {
+                            let (kb0, kb1) = split(kb as u64, r.tk, p as u64);
+                            let (mut ps, mut pe) = (0f64, 0f64);
+                            for q in kb0 as usize..kb1 as usize {
+                                if q > kb0 as usize {
+                                    let f = g_pin * (ps.abs() + carried + pe);
+                                    f_pin += f;
+                                    pe += f;
                                 }
-                                *piece = (ps, pe);
+                                ps += partial[q][e];
+                                let c = round_blk(ps.abs() + carried + pe + f_terms);
+                                pe += c;
+                                sum_c += c;
+                                rand_sq += c * c;
                             }
-                            for step in &r.rounds {
-                                for (recv, senders) in step {
-                                    for snd in senders {
-                                        let ((s1, e1), (s2, e2)) =
-                                            (pieces[*recv as usize], pieces[*snd as usize]);
-                                        let c =
-                                            u_merge * ((s1 + s2).abs() + carried + e1 + e2 + f_terms) + sub;
-                                        pieces[*recv as usize] = (s1 + s2, e1 + e2 + c);
-                                        sum_c += c;
-                                        sum_c2 += c * c;
-                                    }
+                            *piece = (ps, pe);
+                        }
+                        for step in &r.rounds {
+                            for (recv, senders) in step {
+                                for snd in senders {
+                                    let ((s1, e1), (s2, e2)) =
+                                        (pieces[*recv as usize], pieces[*snd as usize]);
+                                    let c = round_merge((s1 + s2).abs() + carried + e1 + e2 + f_terms);
+                                    pieces[*recv as usize] = (s1 + s2, e1 + e2 + c);
+                                    sum_c += c;
+                                    rand_sq += c * c;
                                 }
                             }
-                            let rounding = f_terms + f_pin + sum_c.min(LAMBDA * sum_c2.sqrt());
-                            rnd_sq += rounding * rounding;
-                            let mut bd = al.abs() * (carried + rounding);
-                            if r.alpha.is_some() {
-                                // f16(total·alpha): the f32 product's rounding, then f16's.
-                                let fresh = (unit_roundoff(DType::F16)
-                                    + u32r * (1.0 + unit_roundoff(DType::F16)))
-                                    * (al * s[e]).abs()
-                                    + (unit_roundoff(DType::F16) + 2.0 * u32r) * bd
-                                    + underflow_error(DType::F16);
-                                alpha_sq += fresh * fresh;
-                                bd += fresh;
-                            }
-                            values.push(s[e] * al);
-                            bd
-                        })
-                        .collect::<Vec<f64>>();
+                        }
+                        let rounding = f_terms + f_pin + sum_c;
+                        rnd_sq += rounding * rounding;
+                        let mut bd = alpha.abs() * (carried + rounding);
+                        // Probabilistic: each side's random part at its tighter bound.
+                        let dgb = dg_b[e].sqrt();
+                        dgb_max = dgb_max.max(dgb);
+                        let rand =
+                            sd_a[e].min(asv * b_norm[c]) + dg_a[e].sqrt() + sd_b[e].min(an * b_svc[c]) + dgb;
+                        let sd = alpha.abs() * rand;
+                        let mut dg = alpha.abs() * rand_sq.sqrt();
+                        let fresh_det = second[e].min(a_cn[i] * b_cn[c]) + f_terms + f_pin;
+                        let mut det = alpha.abs()
+                            * (det_a[e].min(adr * b_norm[c]) + det_b[e].min(an * b_drc[c]) + fresh_det);
+                        let mut fd = alpha.abs() * fresh_det;
+                        if r.alpha.is_some() {
+                            // f16(f32(total·alpha)): the f32 product's rounding, then f16's.
+                            let y = (alpha * s[e]).abs() + bd;
+                            let (h32, h16) = (
+                                half_ulp(DType::F32, 0, y),
+                                half_ulp(DType::F16, 0, y + half_ulp(DType::F32, 0, y)),
+                            );
+                            alpha_sq += (h32 + h16).powi(2);
+                            bd += h32 + h16;
+                            dg = dg.hypot(h16);
+                            det += h32;
+                            fd += h32;
+                        }
+                        fresh_det_sq += fd * fd;
+                        values.push(s[e] * alpha);
+                        cols[0].push(bd);
+                        cols[1].push(sd);
+                        cols[2].push(dg);
+                        cols[3].push(det);
+                    }
                     // The row's error: ΔA·B̂ + A·ΔB, the roundings, alpha's rounding.
-                    let carried_row = arho * (b_spec[bb] + b_err_f[bb]) + an * b_err_f[bb];
-                    let rho = al.abs() * (carried_row + rnd_sq.sqrt()) + alpha_sq.sqrt();
-                    (values, bounds, rho)
+                    let rho = alpha.abs()
+                        * (arho * (b_spec[bb] + b_err_f[bb]) + an * b_err_f[bb] + rnd_sq.sqrt())
+                        + alpha_sq.sqrt();
+                    let (mut a_svr, mut a_drr) = (0f64, 0f64);
+                    for q in 0..k {
+                        a_svr += al.abs[i * k + q] * b_svr[bb * k + q];
+                        a_drr += al.abs[i * k + q] * b_drr[bb * k + q];
+                    }
+                    let sv = alpha.abs() * (b_spec[bb] * (asv + a_dgmax[i]) + a_svr + dgb_max);
+                    let dr = alpha.abs() * (b_spec[bb] * adr + a_drr) + fresh_det_sq.sqrt();
+                    (values, cols, [rho, sv, dr])
                 })
                 .collect::<Vec<_>>()
         })
         .collect();
     let mut ex = Vec::with_capacity(len as usize);
-    let mut bd = Vec::with_capacity(len as usize);
-    let mut rho = Vec::with_capacity(batch * m);
-    for (v, b, r) in out {
-        rho.push(r.min(rows::norm(&b)));
+    let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(len as usize));
+    let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::with_capacity(batch * m));
+    for (v, c, q) in out {
         ex.extend(v);
-        bd.extend(b);
+        for (dst, src) in el.iter_mut().zip(c) {
+            dst.extend(src);
+        }
+        for (dst, src) in rw.iter_mut().zip(q) {
+            dst.push(src);
+        }
     }
-    (ex, bd, rho)
+    let [b, sd, dg, det] = el;
+    let [rho, sv, dr] = rw;
+    (ex, Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n))
 }

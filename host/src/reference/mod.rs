@@ -13,14 +13,16 @@ use ipu_schema::DType;
 use rayon::prelude::*;
 
 mod amp_order;
+mod bounds;
 mod gemm64;
 mod layernorm;
 pub mod map;
 mod matmul;
 mod matmul_bound;
 mod rows;
+pub use bounds::LAMBDA;
+use bounds::{half_ulp, Bounds, Elem, Parts};
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
-pub use matmul_bound::LAMBDA;
 use matmul_bound::{matmul_exact, MatMulLayout, Operand, Rounding};
 use std::collections::BTreeMap;
 
@@ -93,8 +95,14 @@ pub struct Evaluated {
     /// f64 values of the same graph on the real numbers (no rounding anywhere, casts included).
     pub exact: BTreeMap<String, Vec<f64>>,
     /// Per element, a bound on |device-precision value − f64 value| derived from each op's
-    /// rounding points and the bounds of its operands (docs/reliability.md "The verdict").
+    /// rounding points and the bounds of its operands (docs/reliability.md "The verdict"): the
+    /// smaller of the rigorous bound and the probabilistic one.
     pub bound: BTreeMap<String, Vec<f64>>,
+    /// Per element, the rigorous bound alone (never smaller than `bound`).
+    pub rigorous: BTreeMap<String, Vec<f64>>,
+    /// Elements (of every tensor) whose bound came from the probabilistic branch: every bound
+    /// of the run holds with probability at least `1 − events·2·exp(−λ²/2)` under its model.
+    pub events: u64,
 }
 
 /// Unit roundoff (half an ulp, relative) of round-to-nearest in a dtype.
@@ -227,16 +235,13 @@ pub fn evaluate(
     }
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    // Per row of the last axis, a bound on the norm of the row's error (`rows.rs`).
-    let mut row_bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut all: BTreeMap<String, Bounds> = BTreeMap::new();
     let last = |shape: &[u64]| shape.last().copied().unwrap_or(1) as usize;
     for (name, t) in inputs {
         // FP8 sources (params) stand for code · 2^scale.
         let scale = g.find(name).map(|id| g.tensor(id).scale).unwrap_or(0);
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
-        bound.insert(name.clone(), vec![0.0; t.data.len()]);
-        row_bound.insert(name.clone(), vec![0.0; rows::count(t.data.len(), last(&t.shape))]);
+        all.insert(name.clone(), Bounds::exact(t.data.len(), last(&t.shape)));
     }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
@@ -244,7 +249,7 @@ pub fn evaluate(
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
         };
-        let (value, ex, bd, rho): (HostTensor, Vec<f64>, Vec<f64>, Vec<f64>) = match &op.kind {
+        let (value, ex, bd): (HostTensor, Vec<f64>, Bounds) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
                 let (ta, tb) = (g.tensor(*a), g.tensor(*b));
@@ -256,24 +261,26 @@ pub fn evaluate(
                 let scaled_a = alpha.filter(|_| on_a).map(|al| {
                     let data = at.data.iter().map(|v| round(v * al, DType::F16)).collect();
                     let al = al as f64;
-                    let rel = unit_roundoff(DType::F16)
-                        + unit_roundoff(DType::F32) * (1.0 + unit_roundoff(DType::F16));
-                    let ex: Vec<f64> = exact[&ta.name].iter().map(|e| al * e).collect();
-                    let fresh: Vec<f64> = exact[&ta.name]
-                        .iter()
-                        .zip(&bound[&ta.name])
-                        .map(|(e, d)| rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16))
+                    let (ea, ba) = (&exact[&ta.name], &all[&ta.name]);
+                    let ex: Vec<f64> = ea.iter().map(|e| al * e).collect();
+                    let parts: Vec<Elem> = (0..ea.len())
+                        .map(|e| {
+                            // f16(f32(a·alpha)): the product's f32 rounding, then f16's.
+                            let y = al.abs() * (ea[e].abs() + ba.b[e]);
+                            let h32 = half_ulp(DType::F32, 0, y);
+                            let h16 = half_ulp(DType::F16, 0, y + h32);
+                            Elem {
+                                slope: al.abs(),
+                                slope_r: al.abs(),
+                                carried: al.abs() * ba.b[e],
+                                fresh: h32 + h16,
+                                rand: h16,
+                                det: h32,
+                            }
+                        })
                         .collect();
-                    let bd: Vec<f64> =
-                        bound[&ta.name].iter().zip(&fresh).map(|(d, f)| al.abs() * d + f).collect();
-                    let d = last(&ta.shape);
-                    let rho: Vec<f64> = row_bound[&ta.name]
-                        .iter()
-                        .zip(rows::from_elements(&fresh, d))
-                        .map(|(r, f)| al.abs() * r + f)
-                        .collect();
-                    let rho = rows::clamp(rho, &bd, d);
-                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd, rho)
+                    let bounds = bounds::elementwise(ba, &parts, last(&ta.shape));
+                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bounds)
                 });
                 let alpha = if on_a { &None } else { alpha };
                 let at = scaled_a.as_ref().map_or(at, |s| &s.0);
@@ -305,15 +312,10 @@ pub fn evaluate(
                     b_batched: tb.shape.len() > 2,
                 };
                 let a_op = match &scaled_a {
-                    Some(s) => Operand { exact: &s.1, bound: &s.2, rows: &s.3 },
-                    None => Operand {
-                        exact: &exact[&ta.name],
-                        bound: &bound[&ta.name],
-                        rows: &row_bound[&ta.name],
-                    },
+                    Some(s) => Operand { exact: &s.1, bounds: &s.2 },
+                    None => Operand { exact: &exact[&ta.name], bounds: &all[&ta.name] },
                 };
-                let b_op =
-                    Operand { exact: &exact[&tb.name], bound: &bound[&tb.name], rows: &row_bound[&tb.name] };
+                let b_op = Operand { exact: &exact[&tb.name], bounds: &all[&tb.name] };
                 let rounding = Rounding {
                     acc: *accumulate,
                     block: if is_fp8(ta.dtype) { 32 } else { 16 },
@@ -321,22 +323,14 @@ pub fn evaluate(
                     rounds,
                     alpha: alpha.map(|a| a as f64),
                 };
-                let (ex, mut bd, mut rho) = matmul_exact(&layout, a_op, b_op, c.len() as u64, &rounding);
+                let (ex, mut bd) = matmul_exact(&layout, a_op, b_op, c.len() as u64, &rounding);
                 let mut c = c;
                 if out.dtype != *accumulate {
                     // f16 output of an f32 accumulation: one rounding of the finished sum.
-                    let (u, sub) = (unit_roundoff(out.dtype), underflow_error(out.dtype));
                     c.iter_mut().for_each(|v| *v = round(*v, out.dtype));
-                    let fresh: Vec<f64> = bd.iter().zip(&ex).map(|(b, e)| u * (e.abs() + b) + sub).collect();
-                    bd.iter_mut().zip(&fresh).for_each(|(b, f)| *b += f);
-                    let d = n as usize;
-                    rho = rows::clamp(
-                        rho.iter().zip(rows::from_elements(&fresh, d)).map(|(r, f)| r + f).collect(),
-                        &bd,
-                        d,
-                    );
+                    bd = bounds::elementwise(&bd, &rounding_parts(&ex, &bd, out.dtype, 0), n as usize);
                 }
-                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd, rho)
+                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
@@ -361,22 +355,15 @@ pub fn evaluate(
                 // bound grows by one rounding to the output format (relative, plus underflow
                 // spacing at the output's scale).
                 let name = &g.tensor(*input).name;
-                let (u, sub) =
-                    (unit_roundoff(out.dtype), underflow_error(out.dtype) * 2f64.powi(out.scale as i32));
                 let ex = exact[name].clone();
-                let fresh: Vec<f64> =
-                    ex.iter().zip(&bound[name]).map(|(e, b)| u * (e.abs() + b) + sub).collect();
-                let bd: Vec<f64> = bound[name].iter().zip(&fresh).map(|(b, f)| b + f).collect();
-                let d = last(&x.shape);
-                let rho =
-                    row_bound[name].iter().zip(rows::from_elements(&fresh, d)).map(|(r, f)| r + f).collect();
-                let rho = rows::clamp(rho, &bd, d);
-                (t, ex, bd, rho)
+                let parts = rounding_parts(&ex, &all[name], out.dtype, out.scale);
+                let bd = bounds::elementwise(&all[name], &parts, last(&x.shape));
+                (t, ex, bd)
             }
             OpKind::Gelu { input, form } => {
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
-                let (ein, bin) = (&exact[name], &bound[name]);
+                let (ein, bin) = (&exact[name], &all[name]);
                 let device: fn(f32) -> f32 = match form {
                     GeluForm::Tanh => gelu_device,
                     GeluForm::Erf => gelu_erf_device,
@@ -387,57 +374,69 @@ pub fn evaluate(
                 };
                 let data = x.data.iter().map(|v| device(*v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
-                // Per element: the slope bound over [x − b, x + b], the carried error, the fresh one.
-                let parts: Vec<(f64, f64, f64)> = ex
-                    .iter()
-                    .zip(ein.iter().zip(bin))
-                    .map(|(y, (x, b))| {
-                        let (slope, carried) = gelu_carried(*form, *x, *b);
+                let parts: Vec<Elem> = (0..ex.len())
+                    .map(|e| {
+                        let (y, x, b, c) = (ex[e], ein[e], bin.b[e], bin.comb[e]);
+                        let (slope_r, carried) = gelu_carried(*form, x, b);
+                        let (_, carried_c) = gelu_carried(*form, x, c);
+                        let slope = gelu_carried(*form, x, 0.0).0;
                         // The tanh formula's own f32 error is at most ~40 ulps of 1 in t (exp,
                         // divide and the constants), times 0.5|x|; the erf form's is A&S 7.1.26's
                         // 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32 ulps of 1 in Φ, times |x|;
                         // then one f16 rounding.
-                        let formula = match form {
-                            GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
-                            GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
-                        } + 8.0 * 2f64.powi(-24) * y.abs();
-                        let fresh = formula
-                            + unit_roundoff(DType::F16) * (y.abs() + carried + formula)
-                            + underflow_error(DType::F16);
-                        (slope, carried, fresh)
+                        let formula = |b: f64| {
+                            let f = match form {
+                                GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
+                                GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
+                            };
+                            f + 8.0 * 2f64.powi(-24) * y.abs()
+                        };
+                        let h = half_ulp(DType::F16, 0, y.abs() + carried + formula(b));
+                        // Linearisation remainder ½·M₂·c² (M₂ = sup|g''| ≤ 0.8).
+                        let det = (0.4 * c * c).min(carried_c + slope * c) + formula(c);
+                        Elem { slope, slope_r, carried, fresh: formula(b) + h, rand: h, det }
                     })
                     .collect();
-                let bd: Vec<f64> = parts.iter().map(|(_, c, f)| c + f).collect();
-                let d = last(&x.shape);
-                let rho: Vec<f64> = row_bound[name]
-                    .iter()
-                    .zip(parts.chunks(d.max(1)))
-                    .map(|(r, row)| {
-                        let slope = row.iter().fold(0f64, |m, p| m.max(p.0));
-                        slope * r + row.iter().map(|p| p.2 * p.2).sum::<f64>().sqrt()
-                    })
-                    .collect();
-                let rho = rows::clamp(rho, &bd, d);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
+                let bd = bounds::elementwise(bin, &parts, last(&x.shape));
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
             OpKind::Map { input, func, exponent } => {
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
-                let (ein, bin) = (&exact[name], &bound[name]);
+                let (ein, bin) = (&exact[name], &all[name]);
                 let data = x.data.iter().map(|v| map::device(*func, *exponent, *v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| map::exact(*func, *exponent, *v)).collect();
-                let bd: Vec<f64> = ex
-                    .iter()
-                    .zip(ein.iter().zip(bin))
-                    .map(|(y, (x, b))| map::bound(*func, *exponent, *x, *b, *y))
+                let parts: Vec<Elem> = (0..ex.len())
+                    .map(|e| {
+                        let (y, x, b, c) = (ex[e], ein[e], bin.b[e], bin.comb[e]);
+                        let total = map::bound(*func, *exponent, x, b, y);
+                        let slope = map::slope(*func, *exponent, x);
+                        let rem = map::remainder(*func, *exponent, x, c);
+                        let carried_c = map::carried(*func, *exponent, x, c, y);
+                        let prob = slope.is_finite()
+                            && rem.is_finite()
+                            && carried_c.is_finite()
+                            && total.is_finite();
+                        // Row norms from the elements (slope_r unknown); where the probabilistic
+                        // branch has no slope or remainder, its deterministic part is the
+                        // rigorous bound.
+                        let (slope, rand, det) = if prob {
+                            let rem = rem.min(carried_c + slope * c);
+                            let f = map::formula_error(*func, *exponent, x, y);
+                            (slope, half_ulp(DType::F16, 0, y.abs() + total), rem + f)
+                        } else {
+                            (0.0, 0.0, total)
+                        };
+                        Elem { slope, slope_r: f64::INFINITY, carried: total, fresh: 0.0, rand, det }
+                    })
                     .collect();
-                let rho = rows::from_elements(&bd, last(&x.shape));
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
+                let bd = bounds::elementwise(bin, &parts, last(&x.shape));
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
             OpKind::Binary { op, a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
                 let (na, nb) = (&g.tensor(*a).name, &g.tensor(*b).name);
-                let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &bound[na], &bound[nb]);
+                let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &all[na], &all[nb]);
                 let n = out.elements() as usize;
                 let (ia, ib): (Vec<usize>, Vec<usize>) = (0..n)
                     .map(|i| {
@@ -447,56 +446,10 @@ pub fn evaluate(
                 // The device computes in f32 and rounds once to f16 (`f16v4add`/`sub`/`mul`).
                 let data =
                     (0..n).map(|i| round(op.apply(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
-                let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
                 let ex: Vec<f64> = (0..n).map(|i| op.apply(ea[ia[i]], eb[ib[i]])).collect();
-                let (carried, fresh): (Vec<f64>, Vec<f64>) = (0..n)
-                    .map(|i| {
-                        let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
-                        // Operand errors carried: |Δ(p ± q)| ≤ bp + bq; |Δ(pq)| ≤ |p|bq + |q|bp + bp·bq.
-                        let carried = match op {
-                            BinaryOp::Add | BinaryOp::Sub => bp + bq,
-                            BinaryOp::Mul => p.abs() * bq + q.abs() * bp + bp * bq,
-                        };
-                        (carried, u * (ex[i].abs() + carried) + sub)
-                    })
-                    .unzip();
-                let bd: Vec<f64> = carried.iter().zip(&fresh).map(|(c, f)| c + f).collect();
                 let d = last(&out.shape);
-                // Row bounds: an operand that varies along the last axis as the output does
-                // brings its row's ρ; one broadcast along it (a column) √D times its element's
-                // bound; times the other operand's largest magnitude for a product.
-                let operand_rows = |shape: &[u64], idx: &[usize], name: &String| -> Vec<f64> {
-                    let along = shape.len() > 0 && last(shape) == d && d > 1;
-                    let dl = last(shape);
-                    (0..rows::count(n, d))
-                        .map(|r| {
-                            if along {
-                                row_bound[name][idx[r * d] / dl]
-                            } else {
-                                (d as f64).sqrt() * bound[name][idx[r * d]]
-                            }
-                        })
-                        .collect()
-                };
-                let (ra, rb) = (operand_rows(&x.shape, &ia, na), operand_rows(&y.shape, &ib, nb));
-                let rho: Vec<f64> = (0..rows::count(n, d))
-                    .map(|r| {
-                        let row = r * d..(r + 1) * d;
-                        let fresh_norm = rows::norm(&fresh[row.clone()]);
-                        match op {
-                            BinaryOp::Add | BinaryOp::Sub => ra[r] + rb[r] + fresh_norm,
-                            BinaryOp::Mul => {
-                                let max_abs = |e: &[f64], bnd: &[f64], idx: &[usize]| {
-                                    row.clone().map(|o| e[idx[o]].abs() + bnd[idx[o]]).fold(0f64, f64::max)
-                                };
-                                let max_a = row.clone().map(|o| ea[ia[o]].abs()).fold(0f64, f64::max);
-                                max_a * rb[r] + max_abs(eb, bb, &ib) * ra[r] + fresh_norm
-                            }
-                        }
-                    })
-                    .collect();
-                let rho = rows::clamp(rho, &bd, d);
-                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd, rho)
+                let bd = binary_bounds(*op, [(ea, ba, &ia, &x.shape), (eb, bb, &ib, &y.shape)], &ex, d);
+                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
             }
             OpKind::LayerNorm { input, gamma, beta, eps } => {
                 let (x, _) = get(*input)?;
@@ -530,64 +483,182 @@ pub fn evaluate(
                 let name = |t: ipu_core::graph::TensorId| g.tensor(t).name.clone();
                 let affine = |t: Option<ipu_core::graph::TensorId>| layernorm::Affine {
                     exact: t.map(|t| exact[&name(t)].as_slice()),
-                    bound: t.map(|t| bound[&name(t)].as_slice()),
+                    bound: t.map(|t| all[&name(t)].b.as_slice()),
                 };
                 let n = name(*input);
-                let (ex, bd, rho) = layernorm::exact(
-                    &exact[&n],
-                    &bound[&n],
-                    &row_bound[&n],
-                    d,
-                    affine(*gamma),
-                    affine(*beta),
-                    *eps,
-                );
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
+                let (ex, bd) = layernorm::exact(&exact[&n], &all[&n], d, affine(*gamma), affine(*beta), *eps);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
             OpKind::Reshape { input } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
-                let rho = rows::view(&[], last(&x.shape), last(&out.shape), &row_bound[n], &bound[n]);
-                (t, exact[n].clone(), bound[n].clone(), rho)
+                let bd = all[n].view(&[], last(&x.shape), last(&out.shape));
+                (t, exact[n].clone(), bd)
             }
             OpKind::Slice { input, starts } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let from = slice_index(&x.shape, starts, &out.shape);
-                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                let bd = pick(&bound[n]);
-                let rho = rows::view(&from, last(&x.shape), last(&out.shape), &row_bound[n], &bd);
-                (t, pick(&exact[n]), bd, rho)
+                let bd = all[n].view(&from, last(&x.shape), last(&out.shape));
+                (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
             }
             OpKind::Transpose { input, perm } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let from = transpose_index(&x.shape, perm);
-                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                let bd = pick(&bound[n]);
-                let rho = rows::view(&from, last(&x.shape), last(&out.shape), &row_bound[n], &bd);
-                (t, pick(&exact[n]), bd, rho)
+                let bd = all[n].view(&from, last(&x.shape), last(&out.shape));
+                (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
                 let data = softmax_device(x);
                 let name = &g.tensor(*input).name;
                 let n = *x.shape.last().unwrap() as usize;
-                let (ex, bd, rho) = softmax_exact(&exact[name], &bound[name], &row_bound[name], n, out.dtype);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, rho)
+                let (ex, bd) = softmax_exact(&exact[name], &all[name], n, out.dtype);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
         };
+        if std::env::var_os("BOUND_DEBUG").is_some() {
+            let mx = |v: &[f64]| v.iter().fold(0f64, |m, x| m.max(*x));
+            eprintln!(
+                "{:>24} b {:.3e} sd {:.3e} dg {:.3e} det {:.3e} rho {:.3e} sv {:.3e} dr {:.3e} comb {:.3e}",
+                out.name,
+                mx(&bd.b),
+                mx(&bd.sd),
+                mx(&bd.dg),
+                mx(&bd.det),
+                mx(&bd.rho),
+                mx(&bd.sv),
+                mx(&bd.dr),
+                mx(&bd.comb)
+            );
+        }
         exact.insert(out.name.clone(), ex);
-        bound.insert(out.name.clone(), bd);
-        row_bound.insert(out.name.clone(), rho);
+        all.insert(out.name.clone(), bd);
         vals.insert(out.name.clone(), value);
     }
-    Ok(Evaluated { device: vals, exact, bound })
+    let events = g.ops.iter().map(|op| all[&g.tensor(op.output).name].events()).sum();
+    let rigorous = all.iter().map(|(k, v)| (k.clone(), v.b.clone())).collect();
+    let bound = all.into_iter().map(|(k, v)| (k, v.comb)).collect();
+    Ok(Evaluated { device: vals, exact, bound, rigorous, events })
+}
+
+/// One rounding to a format (`dtype`, FP8 `scale`) of values whose exact values are `ex`: at
+/// most half an ulp at the magnitude the value can have, a random source in the probabilistic
+/// branch.
+fn rounding_parts(ex: &[f64], input: &Bounds, dtype: DType, scale: i8) -> Vec<Elem> {
+    (0..ex.len())
+        .map(|e| {
+            let h = half_ulp(dtype, scale, ex[e].abs() + input.b[e]);
+            Elem { slope: 1.0, slope_r: 1.0, carried: input.b[e], fresh: h, rand: h, det: 0.0 }
+        })
+        .collect()
+}
+
+/// Bounds of `a ± b` or `a·b` with broadcasting (`idx`: each output element's operand element),
+/// computed in f32 and rounded once to f16. Rigorous: `|Δ(p ± q)| ≤ bp + bq`,
+/// `|Δ(pq)| ≤ |p|bq + |q|bp + bp·bq`; row norms from the operands' rows where they vary along
+/// the last axis as the output does, else (a column broadcast along it) √D times the element's.
+/// Probabilistic: the random parts add (the operands may share sources: triangle inequality;
+/// an operand's own sources stay its element's own only when the other operand is exact and
+/// the operand is not broadcast), the product's first-order parts scale by the other operand's
+/// value, `Δp·Δq` is deterministic.
+fn binary_bounds(
+    op: BinaryOp,
+    operands: [(&Vec<f64>, &Bounds, &Vec<usize>, &Vec<u64>); 2],
+    ex: &[f64],
+    d: usize,
+) -> Bounds {
+    let [(ea, ba, ia, sa), (eb, bb, ib, sb)] = operands;
+    let n = ex.len();
+    let whole = |shape: &[u64]| shape.iter().product::<u64>() as usize == n;
+    // Whether each operand's own sources stay one output element's own.
+    let own = [whole(sa) && bb.is_exact(), whole(sb) && ba.is_exact()];
+    let mul = op == BinaryOp::Mul;
+    let (mut b, mut sd, mut dg, mut det, mut fresh, mut new_det) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for i in 0..n {
+        let (p, q) = (ea[ia[i]], eb[ib[i]]);
+        let (bp, bq, cp, cq) = (ba.b[ia[i]], bb.b[ib[i]], ba.comb[ia[i]], bb.comb[ib[i]]);
+        // First-order scale of each operand's error: 1, or the other operand's value.
+        let (wa, wb) = if mul { (q.abs(), p.abs()) } else { (1.0, 1.0) };
+        let carried = if mul { p.abs() * bq + q.abs() * bp + bp * bq } else { bp + bq };
+        let h = half_ulp(DType::F16, 0, ex[i].abs() + carried);
+        b.push(carried + h);
+        fresh.push(h);
+        let (ga, gb) = (wa * ba.dg[ia[i]], wb * bb.dg[ib[i]]);
+        let mut s = wa * ba.sd[ia[i]] + wb * bb.sd[ib[i]];
+        let mut g = h;
+        for (keep, x) in [(own[0], ga), (own[1], gb)] {
+            if keep {
+                g = g.hypot(x);
+            } else {
+                s += x;
+            }
+        }
+        sd.push(s);
+        dg.push(g);
+        let nd = if mul { cp * cq } else { 0.0 };
+        new_det.push(nd);
+        det.push(wa * ba.det[ia[i]] + wb * bb.det[ib[i]] + nd);
+    }
+    // Per output row, each operand's row bound: its own row where it varies along the last axis
+    // as the output does, else √D times its element's.
+    let operand_rows = |shape: &[u64], idx: &[usize], rows: &[f64], elems: &[f64]| -> Vec<f64> {
+        let dl = shape.last().copied().unwrap_or(1) as usize;
+        let along = !shape.is_empty() && dl == d && d > 1;
+        (0..rows::count(n, d))
+            .map(|r| if along { rows[idx[r * d] / dl] } else { (d as f64).sqrt() * elems[idx[r * d]] })
+            .collect()
+    };
+    let row_max =
+        |v: &[f64], idx: &[usize], r: usize| (r * d..(r + 1) * d).map(|o| v[idx[o]]).fold(0f64, f64::max);
+    let (ra, rb) = (operand_rows(sa, ia, &ba.rho, &ba.b), operand_rows(sb, ib, &bb.rho, &bb.b));
+    let (va, vb) = (operand_rows(sa, ia, &ba.sv, &ba.sd), operand_rows(sb, ib, &bb.sv, &bb.sd));
+    let (da, db) = (operand_rows(sa, ia, &ba.dr, &ba.det), operand_rows(sb, ib, &bb.dr, &bb.det));
+    let (ga, gb) = (
+        operand_rows(sa, ia, &ba.dg_max(last_dim(sa)), &ba.dg),
+        operand_rows(sb, ib, &bb.dg_max(last_dim(sb)), &bb.dg),
+    );
+    let abs_a: Vec<f64> = ea.iter().map(|x| x.abs()).collect();
+    let abs_b: Vec<f64> = eb.iter().map(|x| x.abs()).collect();
+    let mag_b: Vec<f64> = eb.iter().zip(&bb.b).map(|(x, b)| x.abs() + b).collect();
+    let mut rho = Vec::new();
+    let mut sv = Vec::new();
+    let mut dr = Vec::new();
+    for r in 0..rows::count(n, d) {
+        let row = r * d..(r + 1) * d;
+        let fresh_norm = rows::norm(&fresh[row.clone()]);
+        let new_det_norm = rows::norm(&new_det[row.clone()]);
+        // Largest first-order scale of each operand over the row.
+        let (wa, wb, wa_r) = if mul {
+            (row_max(&abs_b, ib, r), row_max(&abs_a, ia, r), row_max(&mag_b, ib, r))
+        } else {
+            (1.0, 1.0, 1.0)
+        };
+        rho.push(wa_r * ra[r] + wb * rb[r] + fresh_norm);
+        // The operands' own sources that become shared join the shared part's covariance.
+        let shared_dg = |keep: bool, g: f64| if keep { 0.0 } else { g };
+        sv.push(wa * (va[r] + shared_dg(own[0], ga[r])) + wb * (vb[r] + shared_dg(own[1], gb[r])));
+        dr.push(wa * da[r] + wb * db[r] + new_det_norm);
+    }
+    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d)
+}
+
+/// The last axis of a shape (1 for a scalar).
+fn last_dim(shape: &[u64]) -> usize {
+    shape.last().copied().unwrap_or(1) as usize
 }
 
 /// GeLU's carried error for an input within `b` of the exact `x`: `|g(x̂) − g(x)| ≤
@@ -630,34 +701,45 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// f64 softmax of each row, per element a bound on |device − f64| and per row one on the norm
-/// of the row's error (docs/reliability.md "The verdict", softmax). With input errors
-/// `|Δx_l| ≤ b_l` (row norm ≤ ρ), `p̂_j/p_j = e^{Δx_j}/Σ_l p_l e^{Δx_l}` exactly, and
-/// `|ln Σ_l p_l e^{Δx_l}| ≤ L = min(ln Σ_l p_l e^{b_l}, m + ½e^{max b}·Σ_l p_l b_l²)`,
+/// f64 softmax of each row and its bounds (docs/reliability.md "The verdict", softmax). With
+/// input errors `|Δx_l| ≤ b_l` (row norm ≤ ρ), `p̂_j/p_j = e^{φ_j}`, `φ_j = Δx_j − ln Σ_l p_l e^{Δx_l}`
+/// exactly, and `|ln Σ_l p_l e^{Δx_l}| ≤ L = min(ln Σ_l p_l e^{b_l}, m + ½e^{max b}·Σ_l p_l b_l²)`,
 /// `m = min(Σ p_l b_l, ‖p‖·ρ)` (Jensen below, `e^t ≤ 1 + t + ½t²e^{|t|}` above), so each
 /// probability moves by a factor within `e^{±(b_j + L)}`: its own input's error plus the
 /// p-weighted mean of the row's. The device's f32 arithmetic: `x − max` rounded (relative error
 /// of the exponential `e^{u·|x − max|} − 1`), `expf` within 2 u, the two-lane sum `γ(n/2 + 3)`,
 /// the reciprocal and the product; then one rounding to the output type.
-fn softmax_exact(e: &[f64], d: &[f64], rho: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+///
+/// Probabilistic branch: the linear part `p_j(Δx_j − p·Δx)` (`J = diag(p) − ppᵀ`,
+/// `‖J‖₂ ≤ max p`, row j of norm `p_j√(1 − 2p_j + ‖p‖²)`) maps the random part; the remainder
+/// `p_j((e^φ − 1 − φ) + (φ − φ_lin))` is at most `p_j(½Φ_j²e^{Φ_j} + ½e^{max B}Σ p_l B_l²)`,
+/// `Φ_j = B_j + L(B)` with the combined bounds B.
+fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Vec<f64>, bounds::Bounds) {
     let u32r = unit_roundoff(DType::F32);
-    let (u, sub) = (unit_roundoff(out), underflow_error(out));
     let g_sum = gamma(n as u64 / 2 + 3, u32r);
-    let rows: Vec<(Vec<f64>, Vec<f64>, f64)> = e
-        .par_chunks(n)
-        .zip(d.par_chunks(n))
-        .zip(rho.par_iter())
-        .map(|((row, drow), &rho)| {
+    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3]);
+    let rows_out: Vec<Row> = (0..e.len() / n.max(1))
+        .into_par_iter()
+        .map(|r| {
+            let range = r * n..(r + 1) * n;
+            let (row, drow, crow) = (&e[range.clone()], &input.b[range.clone()], &input.comb[range.clone()]);
+            let (sd_in, dg_in, det_in) =
+                (&input.sd[range.clone()], &input.dg[range.clone()], &input.det[range.clone()]);
             let mx = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
             let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
             let p: Vec<f64> = row.iter().map(|v| (v - mx).exp() / s).collect();
-            let b_max = drow.iter().fold(0f64, |m, v| m.max(*v));
-            let rho = rho.min(rows::norm(drow));
-            let l1 = p.iter().zip(drow).map(|(p, b)| p * b.exp()).sum::<f64>().ln();
-            let pb: f64 = p.iter().zip(drow).map(|(p, b)| p * b).sum();
-            let pb2: f64 = p.iter().zip(drow).map(|(p, b)| p * b * b).sum();
-            let m = pb.min(rows::norm(&p) * rho);
-            let l = l1.min(m + 0.5 * b_max.exp() * pb2);
+            let p_norm = rows::norm(&p);
+            // L for a set of input bounds (rigorous b or combined B).
+            let ell = |bd: &[f64], rho: f64| {
+                let b_max = bd.iter().fold(0f64, |m, v| m.max(*v));
+                let rho = rho.min(rows::norm(bd));
+                let l1 = p.iter().zip(bd).map(|(p, b)| p * b.exp()).sum::<f64>().ln();
+                let pb: f64 = p.iter().zip(bd).map(|(p, b)| p * b).sum();
+                let pb2: f64 = p.iter().zip(bd).map(|(p, b)| p * b * b).sum();
+                (l1.min(pb.min(p_norm * rho) + 0.5 * b_max.exp() * pb2), b_max, pb2)
+            };
+            let (l, b_max, _) = ell(drow, input.rho[r]);
+            let (lc, c_max, pc2) = ell(crow, input.rho[r]);
             // Relative error of each exponential the device sums, and of the sum.
             let theta: Vec<f64> = row
                 .iter()
@@ -667,23 +749,51 @@ fn softmax_exact(e: &[f64], d: &[f64], rho: &[f64], n: usize, out: DType) -> (Ve
             let theta_mean: f64 =
                 p.iter().zip(drow).zip(&theta).map(|((p, b), t)| p * (b + l).exp() * t).sum();
             let theta_s = g_sum * (1.0 + theta_mean) + theta_mean;
-            let mut bounds = Vec::with_capacity(n);
+            let pmean = |v: &[f64]| p.iter().zip(v).map(|(p, s)| p * s).sum::<f64>();
+            let (mean_sd, mean_det) = (pmean(sd_in), pmean(det_in));
+            let pdg2: f64 = p.iter().zip(dg_in).map(|(p, g)| p * p * g * g).sum();
+            let dg_max = dg_in.iter().fold(0f64, |m, x| m.max(*x));
+            let mut cols: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
+            let (mut p_max, mut new_det_sq) = (0f64, 0f64);
             for j in 0..n {
                 let psi = (1.0 + theta[j]) * (1.0 + u32r).powi(2) / (1.0 - theta_s) - 1.0;
                 let carried = p[j] * ((drow[j] + l).exp() * (1.0 + psi) - 1.0);
-                bounds.push(carried + u * (p[j] + carried) + sub);
+                let h = half_ulp(out, 0, p[j] + carried);
+                cols[0].push(carried + h);
+                // Probabilistic branch: J = diag(p) − ppᵀ maps the random part (row j of norm
+                // p_j·‖e_j − p‖; the own sources exactly: p_j·√(dg_j²(1 − 2p_j) + Σ p_l²dg_l²)).
+                let row_j = (1.0 - 2.0 * p[j] + p_norm * p_norm).max(0.0).sqrt();
+                let sd = p[j] * (sd_in[j] + mean_sd).min(input.sv[r] * row_j)
+                    + p[j] * (dg_in[j] * dg_in[j] * (1.0 - 2.0 * p[j]) + pdg2).max(0.0).sqrt();
+                let phi = crow[j] + lc;
+                let new_det =
+                    p[j] * (0.5 * phi * phi * phi.exp() + 0.5 * c_max.exp() * pc2) + p[j] * phi.exp() * psi;
+                new_det_sq += new_det * new_det;
+                let det = p[j] * (det_in[j] + mean_det).min(input.dr[r] * row_j) + new_det;
+                cols[1].push(sd);
+                cols[2].push(h);
+                cols[3].push(det);
+                p_max = p_max.max(p[j]);
             }
-            let r = rows::norm(&bounds);
-            (p, bounds, r)
+            let rho = rows::norm(&cols[0]);
+            let sv = p_max * (input.sv[r] + dg_max);
+            let dr = p_max * input.dr[r] + new_det_sq.sqrt();
+            (p, cols, [rho, sv, dr])
         })
         .collect();
     let mut ex = Vec::with_capacity(e.len());
-    let mut bd = Vec::with_capacity(e.len());
-    let mut rs = Vec::with_capacity(rows.len());
-    for (p, b, r) in rows {
+    let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(e.len()));
+    let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::new());
+    for (p, c, q) in rows_out {
         ex.extend(p);
-        bd.extend(b);
-        rs.push(r);
+        for (dst, src) in el.iter_mut().zip(c) {
+            dst.extend(src);
+        }
+        for (dst, src) in rw.iter_mut().zip(q) {
+            dst.push(src);
+        }
     }
-    (ex, bd, rs)
+    let [b, sd, dg, det] = el;
+    let [rho, sv, dr] = rw;
+    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n))
 }
