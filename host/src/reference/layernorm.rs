@@ -236,7 +236,15 @@ pub fn exact(
                         + bb
                         + 4.0 * u32r * ((z[i].abs() + dzc) * (g.abs() + gb) + b.abs());
                     new_det_sq += new_det * new_det;
-                    (g.abs() * (sd_z + dg_j), fresh, g.abs() * det_lin + new_det)
+                    let carried_c = g.abs() * dzc
+                        + (z[i].abs() + dzc) * gb
+                        + bb
+                        + 4.0 * u32r * ((z[i].abs() + dzc) * (g.abs() + gb) + b.abs());
+                    (
+                        g.abs() * (sd_z + dg_j),
+                        half_ulp(DType::F16, 0, y.abs() + carried_c),
+                        g.abs() * det_lin + new_det,
+                    )
                 } else {
                     (0.0, 0.0, bd)
                 };
@@ -273,5 +281,34 @@ pub fn exact(
     }
     let [b, sd, dg, det] = el;
     let [rho, sv, dr] = rw;
-    (ys, super::bounds::Bounds::new(super::bounds::Parts { b, rho, sd, dg, sv, det, dr }, d))
+    // Covariances: C ↦ G·J·(C + diag(dg²))·Jᵀ·G per row (rows whose probabilistic branch fell
+    // back to the rigorous bound carry no random part).
+    let cov = bounds.row_cov(d).map(|mut c| {
+        c.add_diagonal(&bounds.dg);
+        c.m.par_chunks_mut(d * d)
+            .zip(ex.par_chunks(d))
+            .zip(sd.par_chunks(d))
+            .zip(det.par_chunks(d))
+            .for_each(|(((m, x), sd_row), det_row)| {
+                let n = d as f64;
+                let mu = x.iter().sum::<f64>() / n;
+                let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
+                let sigma = (var + eps as f64).sqrt();
+                let z: Vec<f64> = x.iter().map(|v| (v - mu) / sigma).collect();
+                if sd_row.iter().all(|s| *s == 0.0) && det_row.iter().any(|t| *t > 0.0) {
+                    m.iter_mut().for_each(|v| *v = 0.0);
+                    return;
+                }
+                let mut out = super::cov::layernorm_map(m, &z, sigma);
+                let g: Vec<f64> = (0..d).map(|i| gamma.exact.map_or(1.0, |v| v[i])).collect();
+                for i in 0..d {
+                    for j in 0..d {
+                        out[i * d + j] *= g[i] * g[j];
+                    }
+                }
+                m.copy_from_slice(&out);
+            });
+        c
+    });
+    (ys, super::bounds::Bounds::new(super::bounds::Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(cov, d))
 }

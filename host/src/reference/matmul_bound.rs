@@ -21,7 +21,8 @@
 //!   quadrature (`√Σ (u·S_j)²`, the `√n·u` of their analysis in place of `n·u`), and
 //!   `u·(T_j − |S_j|)` is deterministic.
 
-use super::bounds::{half_ulp, Bounds, Parts};
+use super::bounds::{half_ulp, Bounds, Parts, LAMBDA};
+use super::cov::{self, Cov};
 use super::{gamma, gemm64, rows, unit_roundoff};
 use ipu_core::plan::matmul::split;
 use ipu_schema::DType;
@@ -139,6 +140,7 @@ pub(super) fn matmul_exact(
     let (a_entries, b_entries) = (if l.a_batched { batch } else { 1 }, if l.b_batched { batch } else { 1 });
     let al = lay(&a, a_entries, m, k, l.ta);
     let bl = lay(&b, b_entries, k, n, l.tb);
+    let b_bounds = b.bounds;
     // Rows of A over K: tracked bounds apply where K is A's last axis.
     fn when(on: bool, t: &[f64]) -> Option<&[f64]> {
         if on {
@@ -267,65 +269,81 @@ pub(super) fn matmul_exact(
                         let c = bb * n + j;
                         let carried = prop[e].min(arho * (b_norm[c] + b_rho[c]) + an * b_rho[c]);
                         let f_terms = g_terms * mag[e];
-                        // The partial sums, piece by piece, then the reduction tree: rigorous
-                        // running bound, and the squares of the roundings' ranges.
-                        let mut pieces = vec![(0f64, 0f64); r.tk as usize];
-                        let (mut f_pin, mut sum_c, mut rand_sq) = (0f64, 0f64, 0f64);
-                        for (p, piece) in pieces.iter_mut().enumerate() {
-                            let (kb0, kb1) = split(kb as u64, r.tk, p as u64);
-                            let (mut ps, mut pe) = (0f64, 0f64);
-                            for q in kb0 as usize..kb1 as usize {
-                                if q > kb0 as usize {
-                                    let f = g_pin * (ps.abs() + carried + pe);
-                                    f_pin += f;
-                                    pe += f;
-                                }
-                                ps += partial[q][e];
-                                let c = round_blk(ps.abs() + carried + pe + f_terms);
-                                pe += c;
-                                sum_c += c;
-                                rand_sq += c * c;
-                            }
-                            *piece = (ps, pe);
-                        }
-                        for step in &r.rounds {
-                            for (recv, senders) in step {
-                                for snd in senders {
-                                    let ((s1, e1), (s2, e2)) =
-                                        (pieces[*recv as usize], pieces[*snd as usize]);
-                                    let c = round_merge((s1 + s2).abs() + carried + e1 + e2 + f_terms);
-                                    pieces[*recv as usize] = (s1 + s2, e1 + e2 + c);
-                                    sum_c += c;
-                                    rand_sq += c * c;
-                                }
-                            }
-                        }
-                        let rounding = f_terms + f_pin + sum_c;
-                        rnd_sq += rounding * rounding;
-                        let mut bd = alpha.abs() * (carried + rounding);
-                        // Probabilistic: each side's random part at its tighter bound.
+                        // Probabilistic: each side's random part at its tighter bound, the
+                        // deterministic parts, Δa·Δb; `carried_p` bounds the carried error
+                        // under the probabilistic bounds.
                         let dgb = dg_b[e].sqrt();
                         dgb_max = dgb_max.max(dgb);
                         let rand =
                             sd_a[e].min(asv * b_norm[c]) + dg_a[e].sqrt() + sd_b[e].min(an * b_svc[c]) + dgb;
+                        let second_order = second[e].min(a_cn[i] * b_cn[c]);
+                        let det_carried =
+                            det_a[e].min(adr * b_norm[c]) + det_b[e].min(an * b_drc[c]) + second_order;
+                        let carried_p = carried.min(LAMBDA * rand + det_carried);
+                        // The partial sums, piece by piece, then the reduction tree, twice: with
+                        // the rigorous magnitudes (the running bound) and with the probabilistic
+                        // ones (the ranges of the random roundings).
+                        let sweep = |carried: f64| {
+                            let mut pieces = vec![(0f64, 0f64); r.tk as usize];
+                            let (mut f_pin, mut sum_c, mut sq) = (0f64, 0f64, 0f64);
+                            for (p, piece) in pieces.iter_mut().enumerate() {
+                                let (kb0, kb1) = split(kb as u64, r.tk, p as u64);
+                                let (mut ps, mut pe) = (0f64, 0f64);
+                                for q in kb0 as usize..kb1 as usize {
+                                    if q > kb0 as usize {
+                                        let f = g_pin * (ps.abs() + carried + pe);
+                                        f_pin += f;
+                                        pe += f;
+                                    }
+                                    ps += partial[q][e];
+                                    let c = round_blk(ps.abs() + carried + pe + f_terms);
+                                    pe += c;
+                                    sum_c += c;
+                                    sq += c * c;
+                                }
+                                *piece = (ps, pe);
+                            }
+                            for step in &r.rounds {
+                                for (recv, senders) in step {
+                                    for snd in senders {
+                                        let ((s1, e1), (s2, e2)) =
+                                            (pieces[*recv as usize], pieces[*snd as usize]);
+                                        let c = round_merge((s1 + s2).abs() + carried + e1 + e2 + f_terms);
+                                        pieces[*recv as usize] = (s1 + s2, e1 + e2 + c);
+                                        sum_c += c;
+                                        sq += c * c;
+                                    }
+                                }
+                            }
+                            (f_pin, sum_c, sq)
+                        };
+                        let (f_pin, sum_c, _) = sweep(carried);
+                        let (f_pin_p, sum_c_p, rand_sq) = sweep(carried_p);
+                        let rounding = f_terms + f_pin + sum_c;
+                        rnd_sq += rounding * rounding;
+                        let mut bd = alpha.abs() * (carried + rounding);
                         let sd = alpha.abs() * rand;
                         let mut dg = alpha.abs() * rand_sq.sqrt();
-                        let fresh_det = second[e].min(a_cn[i] * b_cn[c]) + f_terms + f_pin;
-                        let mut det = alpha.abs()
-                            * (det_a[e].min(adr * b_norm[c]) + det_b[e].min(an * b_drc[c]) + fresh_det);
+                        let fresh_det = second_order + f_terms + f_pin_p;
+                        let mut det = alpha.abs() * (det_carried + f_terms + f_pin_p);
                         let mut fd = alpha.abs() * fresh_det;
                         if r.alpha.is_some() {
                             // f16(f32(total·alpha)): the f32 product's rounding, then f16's.
-                            let y = (alpha * s[e]).abs() + bd;
-                            let (h32, h16) = (
-                                half_ulp(DType::F32, 0, y),
-                                half_ulp(DType::F16, 0, y + half_ulp(DType::F32, 0, y)),
-                            );
+                            let y = (alpha * s[e]).abs();
+                            let (y_r, y_p) =
+                                (y + bd, y + alpha.abs() * (carried_p + f_terms + f_pin_p + sum_c_p));
+                            let h = |y: f64| {
+                                (
+                                    half_ulp(DType::F32, 0, y),
+                                    half_ulp(DType::F16, 0, y + half_ulp(DType::F32, 0, y)),
+                                )
+                            };
+                            let ((h32, h16), (p32, p16)) = (h(y_r), h(y_p));
                             alpha_sq += (h32 + h16).powi(2);
                             bd += h32 + h16;
-                            dg = dg.hypot(h16);
-                            det += h32;
-                            fd += h32;
+                            dg = dg.hypot(p16);
+                            det += p32;
+                            fd += p32;
                         }
                         fresh_det_sq += fd * fd;
                         values.push(s[e] * alpha);
@@ -362,7 +380,146 @@ pub(super) fn matmul_exact(
             dst.push(src);
         }
     }
-    let [b, sd, dg, det] = el;
+    let [b, mut sd, dg, det] = el;
     let [rho, sv, dr] = rw;
-    (ex, Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n))
+    let c = if cov::fits(len as usize, n) {
+        matmul_cov(l, &a, b_bounds, &al, &bl, batch, alpha, &mut sd)
+    } else {
+        None
+    };
+    (ex, Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(c, n))
+}
+
+/// The covariances of the output rows' shared random part (`cov.rs`), where the operands'
+/// allow: per output row `(bi, i)`, `α²·Bᵀ·(C_a + diag(dg_a²))·B` for A's errors (A's row over
+/// K tracked, or only A's own sources), and for B's errors `α²·‖a‖₁·Σ_k |a_k|·C_b,k` (the rows
+/// of B over N; their cross-covariances unknown) plus `α²·diag(Σ_k a_k²·dg_b,kj²)` (own sources:
+/// independent); where only B's columns over K are tracked, their variances `m_j = aᵀC_jа` and
+/// the bound `(Σ_j √m_j)·diag(√m_j)`. Both random: their sum with unknown cross-covariance.
+/// `sd` is tightened per element with the exact variances where the row bound inflates them.
+#[allow(clippy::too_many_arguments)]
+fn matmul_cov(
+    l: &MatMulLayout,
+    a: &Operand<'_>,
+    bb: &Bounds,
+    al: &Laid,
+    bl: &Laid,
+    batch: usize,
+    alpha: f64,
+    sd: &mut [f64],
+) -> Option<Cov> {
+    let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
+    let (a_entries, b_entries) = (if l.a_batched { batch } else { 1 }, if l.b_batched { batch } else { 1 });
+    let ab = a.bounds;
+    let zero = |x: &Bounds| x.sd.iter().all(|v| *v == 0.0);
+    // A's vectors over K: the tensor's rows (not transposed) or columns (transposed).
+    let a_cov = match &ab.cov {
+        Some(c) if c.d == k && c.rows != l.ta => Some(c),
+        _ if zero(ab) => None,
+        _ => return None,
+    };
+    let a_random = a_cov.is_some() || al.dg.iter().any(|x| *x != 0.0);
+    // B's vectors over N (its rows, logically) and over K (its columns, logically).
+    let (b_rows, b_cols) = match &bb.cov {
+        Some(c) if c.d == n && c.rows != l.tb => (Some(c), None),
+        Some(c) if c.d == k && c.rows == l.tb => (None, Some(c)),
+        _ if zero(bb) => (None, None),
+        _ => return None,
+    };
+    let b_random = b_rows.is_some() || b_cols.is_some() || bl.dg.iter().any(|x| *x != 0.0);
+    let a2 = alpha * alpha;
+    // Bᵀ per entry (rows over K) and B's panels, for the congruence.
+    let bts: Vec<Vec<f64>> =
+        (0..b_entries).map(|bi| (0..n * k).map(|e| bl.v[(bi * k + e % k) * n + e / k]).collect()).collect();
+    let panels: Vec<gemm64::Panels> =
+        (0..b_entries).map(|bi| gemm64::Panels::new(&bl.v[bi * k * n..(bi + 1) * k * n], k, n)).collect();
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..batch * m)
+        .into_par_iter()
+        .map(|row| {
+            let (bi, i) = (row / m, row % m);
+            let ai = if l.a_batched { bi } else { 0 } * m + i;
+            let be = if l.b_batched { bi } else { 0 };
+            let _ = a_entries;
+            let arow = &al.v[ai * k..(ai + 1) * k];
+            // A's part.
+            let a_part = if a_random {
+                let mut c = a_cov.map_or_else(|| vec![0f64; k * k], |c| c.mat(ai).to_vec());
+                for q in 0..k {
+                    c[q * k + q] += al.dg2[ai * k + q];
+                }
+                let mut t = cov::congruence(&c, k, n, &panels[be], &bts[be]);
+                t.iter_mut().for_each(|x| *x *= a2);
+                Some(t)
+            } else {
+                None
+            };
+            // B's part, and per element the variance of B's part where it is known exactly.
+            let mut elem_b = vec![0f64; n];
+            let b_part = if b_random {
+                let mut c = vec![0f64; n * n];
+                let l1: f64 = arow.iter().map(|x| x.abs()).sum();
+                for q in 0..k {
+                    let w = arow[q];
+                    if w == 0.0 {
+                        continue;
+                    }
+                    if let Some(br) = b_rows {
+                        let cm = br.mat(be * k + q);
+                        for (x, y) in c.iter_mut().zip(cm) {
+                            *x += l1 * w.abs() * y;
+                        }
+                    }
+                    for j in 0..n {
+                        let g = w * w * bl.dg2[(be * k + q) * n + j];
+                        c[j * n + j] += g;
+                        elem_b[j] += g;
+                    }
+                }
+                if let Some(bc) = b_cols {
+                    let mj: Vec<f64> = (0..n)
+                        .map(|j| {
+                            let cm = bc.mat(be * n + j);
+                            (0..k)
+                                .map(|p| arow[p] * (0..k).map(|q| cm[p * k + q] * arow[q]).sum::<f64>())
+                                .sum::<f64>()
+                                .max(0.0)
+                        })
+                        .collect();
+                    let total: f64 = mj.iter().map(|x| x.sqrt()).sum();
+                    for j in 0..n {
+                        c[j * n + j] += total * mj[j].sqrt();
+                        elem_b[j] += mj[j];
+                    }
+                } else if b_rows.is_some() {
+                    for j in 0..n {
+                        elem_b[j] = c[j * n + j];
+                    }
+                }
+                c.iter_mut().for_each(|x| *x *= a2);
+                elem_b.iter_mut().for_each(|x| *x *= a2);
+                Some(c)
+            } else {
+                None
+            };
+            // Per element: √(A's variance) + √(B's variance).
+            let elem: Vec<f64> = (0..n)
+                .map(|j| a_part.as_ref().map_or(0.0, |c| c[j * n + j].max(0.0).sqrt()) + elem_b[j].sqrt())
+                .collect();
+            let c = match (a_part, b_part) {
+                (Some(x), Some(y)) => cov::sum_unknown(&x, &y, n),
+                (Some(x), None) | (None, Some(x)) => x,
+                (None, None) => vec![0f64; n * n],
+            };
+            (c, elem)
+        })
+        .collect();
+    let mut mats = Vec::with_capacity(batch * m * n * n);
+    for (row, (c, elem)) in rows.into_iter().enumerate() {
+        for j in 0..n {
+            let s = &mut sd[row * n + j];
+            *s = s.min(elem[j] * (1.0 + 1e-9));
+        }
+        mats.extend(c);
+    }
+    Some(Cov { rows: true, d: n, last: n, m: mats })
 }

@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 mod amp_order;
 mod bounds;
+mod cov;
 mod gemm64;
 mod layernorm;
 pub mod map;
@@ -266,16 +267,19 @@ pub fn evaluate(
                     let parts: Vec<Elem> = (0..ea.len())
                         .map(|e| {
                             // f16(f32(a·alpha)): the product's f32 rounding, then f16's.
-                            let y = al.abs() * (ea[e].abs() + ba.b[e]);
-                            let h32 = half_ulp(DType::F32, 0, y);
-                            let h16 = half_ulp(DType::F16, 0, y + h32);
+                            let h = |b: f64| {
+                                let y = al.abs() * (ea[e].abs() + b);
+                                let h32 = half_ulp(DType::F32, 0, y);
+                                (h32, half_ulp(DType::F16, 0, y + h32))
+                            };
+                            let ((h32, h16), (p32, p16)) = (h(ba.b[e]), h(ba.comb[e]));
                             Elem {
                                 slope: al.abs(),
                                 slope_r: al.abs(),
                                 carried: al.abs() * ba.b[e],
                                 fresh: h32 + h16,
-                                rand: h16,
-                                det: h32,
+                                rand: p16,
+                                det: p32,
                             }
                         })
                         .collect();
@@ -392,9 +396,10 @@ pub fn evaluate(
                             f + 8.0 * 2f64.powi(-24) * y.abs()
                         };
                         let h = half_ulp(DType::F16, 0, y.abs() + carried + formula(b));
+                        let rand = half_ulp(DType::F16, 0, y.abs() + carried_c + formula(c));
                         // Linearisation remainder ½·M₂·c² (M₂ = sup|g''| ≤ 0.8).
                         let det = (0.4 * c * c).min(carried_c + slope * c) + formula(c);
-                        Elem { slope, slope_r, carried, fresh: formula(b) + h, rand: h, det }
+                        Elem { slope, slope_r, carried, fresh: formula(b) + h, rand, det }
                     })
                     .collect();
                 let bd = bounds::elementwise(bin, &parts, last(&x.shape));
@@ -423,7 +428,7 @@ pub fn evaluate(
                         let (slope, rand, det) = if prob {
                             let rem = rem.min(carried_c + slope * c);
                             let f = map::formula_error(*func, *exponent, x, y);
-                            (slope, half_ulp(DType::F16, 0, y.abs() + total), rem + f)
+                            (slope, half_ulp(DType::F16, 0, y.abs() + carried_c + f), rem + f)
                         } else {
                             (0.0, 0.0, total)
                         };
@@ -511,7 +516,22 @@ pub fn evaluate(
                 let from = transpose_index(&x.shape, perm);
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                let bd = all[n].view(&from, last(&x.shape), last(&out.shape));
+                let mut bd = all[n].view(&from, last(&x.shape), last(&out.shape));
+                // Swapping the last two axes makes row vectors column vectors and back: the same
+                // covariance matrices, enumerated the same way.
+                let r = perm.len();
+                let swap = r >= 2
+                    && perm[r - 1] == r - 2
+                    && perm[r - 2] == r - 1
+                    && (0..r - 2).all(|a| perm[a] == a);
+                if swap {
+                    bd.cov = all[n].cov.as_ref().map(|c| cov::Cov {
+                        rows: !c.rows,
+                        d: c.d,
+                        last: if c.rows { x.shape[r - 2] as usize } else { c.d },
+                        m: c.m.clone(),
+                    });
+                }
                 (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
             }
             OpKind::Softmax { input } => {
@@ -525,17 +545,29 @@ pub fn evaluate(
         };
         if std::env::var_os("BOUND_DEBUG").is_some() {
             let mx = |v: &[f64]| v.iter().fold(0f64, |m, x| m.max(*x));
+            // z: |device − f64| over the random scale; share of det in the P bound.
+            let (mut z, mut detshare) = (0f64, 0f64);
+            for e in 0..ex.len() {
+                let err = (value.data[e] as f64 - ex[e]).abs();
+                if !is_fp8(value.dtype) {
+                    z = z.max(err / bd.sd[e].hypot(bd.dg[e]).max(1e-300));
+                }
+                let p = LAMBDA * bd.sd[e].hypot(bd.dg[e]) + bd.det[e];
+                detshare = detshare.max(bd.det[e] / p);
+            }
             eprintln!(
-                "{:>24} b {:.3e} sd {:.3e} dg {:.3e} det {:.3e} rho {:.3e} sv {:.3e} dr {:.3e} comb {:.3e}",
+                "{:>24} b {:.2e} sd {:.2e} dg {:.2e} det {:.2e} sv {:.2e} dr {:.2e} comb {:.2e} zmax {:.2} detshare {:.2} cov {}",
                 out.name,
                 mx(&bd.b),
                 mx(&bd.sd),
                 mx(&bd.dg),
                 mx(&bd.det),
-                mx(&bd.rho),
                 mx(&bd.sv),
                 mx(&bd.dr),
-                mx(&bd.comb)
+                mx(&bd.comb),
+                z,
+                detshare,
+                bd.cov.as_ref().map_or("-".to_string(), |c| format!("{}{}", if c.rows { "R" } else { "C" }, c.d))
             );
         }
         exact.insert(out.name.clone(), ex);
@@ -555,7 +587,8 @@ fn rounding_parts(ex: &[f64], input: &Bounds, dtype: DType, scale: i8) -> Vec<El
     (0..ex.len())
         .map(|e| {
             let h = half_ulp(dtype, scale, ex[e].abs() + input.b[e]);
-            Elem { slope: 1.0, slope_r: 1.0, carried: input.b[e], fresh: h, rand: h, det: 0.0 }
+            let rand = half_ulp(dtype, scale, ex[e].abs() + input.comb[e]);
+            Elem { slope: 1.0, slope_r: 1.0, carried: input.b[e], fresh: h, rand, det: 0.0 }
         })
         .collect()
 }
@@ -594,12 +627,13 @@ fn binary_bounds(
         // First-order scale of each operand's error: 1, or the other operand's value.
         let (wa, wb) = if mul { (q.abs(), p.abs()) } else { (1.0, 1.0) };
         let carried = if mul { p.abs() * bq + q.abs() * bp + bp * bq } else { bp + bq };
+        let carried_c = if mul { p.abs() * cq + q.abs() * cp + cp * cq } else { cp + cq };
         let h = half_ulp(DType::F16, 0, ex[i].abs() + carried);
         b.push(carried + h);
         fresh.push(h);
         let (ga, gb) = (wa * ba.dg[ia[i]], wb * bb.dg[ib[i]]);
         let mut s = wa * ba.sd[ia[i]] + wb * bb.sd[ib[i]];
-        let mut g = h;
+        let mut g = half_ulp(DType::F16, 0, ex[i].abs() + carried_c.min(carried));
         for (keep, x) in [(own[0], ga), (own[1], gb)] {
             if keep {
                 g = g.hypot(x);
@@ -653,7 +687,44 @@ fn binary_bounds(
         sv.push(wa * (va[r] + shared_dg(own[0], ga[r])) + wb * (vb[r] + shared_dg(own[1], gb[r])));
         dr.push(wa * da[r] + wb * db[r] + new_det_norm);
     }
-    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d)
+    // Covariances, where each operand is whole (not broadcast): scaled by the first-order
+    // factor; with both random, the operands' own parts join and the sum's cross-covariance is
+    // unknown.
+    let scale = |e: &[f64]| -> Vec<f64> {
+        if mul {
+            (0..n).map(|i| e[i].abs()).collect()
+        } else {
+            vec![1.0; n]
+        }
+    };
+    let c = if bb.is_exact() && whole(sa) {
+        // The exact operand's values at each output element.
+        let other: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
+        ba.row_cov(d).or(ba.cov.clone()).map(|c| c.scaled(&scale(&other)))
+    } else if ba.is_exact() && whole(sb) {
+        let other: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
+        bb.row_cov(d).or(bb.cov.clone()).map(|c| c.scaled(&scale(&other)))
+    } else if !(whole(sa) && whole(sb)) {
+        None
+    } else {
+        match (ba.row_cov(d), bb.row_cov(d)) {
+            (Some(mut ca), Some(mut cb)) => {
+                ca.add_diagonal(&ba.dg);
+                cb.add_diagonal(&bb.dg);
+                let other_b: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
+                let other_a: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
+                let (ca, cb) = (ca.scaled(&scale(&other_b)), cb.scaled(&scale(&other_a)));
+                let m =
+                    ca.m.chunks(d * d)
+                        .zip(cb.m.chunks(d * d))
+                        .flat_map(|(x, y)| cov::sum_unknown(x, y, d))
+                        .collect();
+                Some(cov::Cov { m, ..ca })
+            }
+            _ => None,
+        }
+    };
+    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d)
 }
 
 /// The last axis of a shape (1 for a scalar).
@@ -740,15 +811,31 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
             };
             let (l, b_max, _) = ell(drow, input.rho[r]);
             let (lc, c_max, pc2) = ell(crow, input.rho[r]);
-            // Relative error of each exponential the device sums, and of the sum.
-            let theta: Vec<f64> = row
-                .iter()
-                .zip(drow)
-                .map(|(x, b)| (u32r * ((x - mx).abs() + b + b_max)).exp_m1() + 2.0 * u32r)
-                .collect();
-            let theta_mean: f64 =
-                p.iter().zip(drow).zip(&theta).map(|((p, b), t)| p * (b + l).exp() * t).sum();
-            let theta_s = g_sum * (1.0 + theta_mean) + theta_mean;
+            // Relative error of each exponential the device sums, and of the sum (with each set
+            // of input bounds).
+            let f32_rel = |bd: &[f64], b_max: f64, l: f64| -> (Vec<f64>, f64) {
+                let theta: Vec<f64> = row
+                    .iter()
+                    .zip(bd)
+                    .map(|(x, b)| (u32r * ((x - mx).abs() + b + b_max)).exp_m1() + 2.0 * u32r)
+                    .collect();
+                let theta_mean: f64 =
+                    p.iter().zip(bd).zip(&theta).map(|((p, b), t)| p * (b + l).exp() * t).sum();
+                let theta_s = g_sum * (1.0 + theta_mean) + theta_mean;
+                let psi = theta
+                    .iter()
+                    .map(|t| {
+                        if theta_s < 1.0 {
+                            (1.0 + t) * (1.0 + u32r).powi(2) / (1.0 - theta_s) - 1.0
+                        } else {
+                            f64::INFINITY
+                        }
+                    })
+                    .collect();
+                (psi, theta_s)
+            };
+            let (psi_r, _) = f32_rel(drow, b_max, l);
+            let (psi_c, _) = f32_rel(crow, c_max, lc);
             let pmean = |v: &[f64]| p.iter().zip(v).map(|(p, s)| p * s).sum::<f64>();
             let (mean_sd, mean_det) = (pmean(sd_in), pmean(det_in));
             let pdg2: f64 = p.iter().zip(dg_in).map(|(p, g)| p * p * g * g).sum();
@@ -756,22 +843,28 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
             let mut cols: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
             let (mut p_max, mut new_det_sq) = (0f64, 0f64);
             for j in 0..n {
-                let psi = (1.0 + theta[j]) * (1.0 + u32r).powi(2) / (1.0 - theta_s) - 1.0;
-                let carried = p[j] * ((drow[j] + l).exp() * (1.0 + psi) - 1.0);
+                let (psi, psic) = (psi_r[j], psi_c[j]);
+                // Whatever the inputs, the device's probability is in [0, 1]: where the input's
+                // errors are that large, |p̂ − p| ≤ max(p, 1 − p) (the only global fallback).
+                let cap = p[j].max(1.0 - p[j]) + 2f64.powi(-20);
+                let capped = |c: f64| if c.is_nan() || c > cap { cap } else { c };
+                let carried = capped(p[j] * ((drow[j] + l).exp() * (1.0 + psi) - 1.0));
                 let h = half_ulp(out, 0, p[j] + carried);
                 cols[0].push(carried + h);
+                let phi = crow[j] + lc;
+                let carried_c = capped(p[j] * (phi.exp() * (1.0 + psic) - 1.0));
+                let h_c = half_ulp(out, 0, p[j] + carried_c.min(carried));
                 // Probabilistic branch: J = diag(p) − ppᵀ maps the random part (row j of norm
                 // p_j·‖e_j − p‖; the own sources exactly: p_j·√(dg_j²(1 − 2p_j) + Σ p_l²dg_l²)).
                 let row_j = (1.0 - 2.0 * p[j] + p_norm * p_norm).max(0.0).sqrt();
                 let sd = p[j] * (sd_in[j] + mean_sd).min(input.sv[r] * row_j)
                     + p[j] * (dg_in[j] * dg_in[j] * (1.0 - 2.0 * p[j]) + pdg2).max(0.0).sqrt();
-                let phi = crow[j] + lc;
                 let new_det =
-                    p[j] * (0.5 * phi * phi * phi.exp() + 0.5 * c_max.exp() * pc2) + p[j] * phi.exp() * psi;
+                    p[j] * (0.5 * phi * phi * phi.exp() + 0.5 * c_max.exp() * pc2) + p[j] * phi.exp() * psic;
                 new_det_sq += new_det * new_det;
                 let det = p[j] * (det_in[j] + mean_det).min(input.dr[r] * row_j) + new_det;
                 cols[1].push(sd);
-                cols[2].push(h);
+                cols[2].push(h_c);
                 cols[3].push(det);
                 p_max = p_max.max(p[j]);
             }
@@ -795,5 +888,14 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
     }
     let [b, sd, dg, det] = el;
     let [rho, sv, dr] = rw;
-    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n))
+    // Covariances: C ↦ J·(C + diag(dg²))·Jᵀ per row.
+    let cov = input.row_cov(n).map(|mut c| {
+        c.add_diagonal(&input.dg);
+        c.m.par_chunks_mut(n * n).zip(ex.par_chunks(n)).for_each(|(m, p)| {
+            let out = cov::softmax_map(m, p);
+            m.copy_from_slice(&out);
+        });
+        c
+    });
+    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(cov, n))
 }
