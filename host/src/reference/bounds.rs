@@ -26,8 +26,8 @@ use super::cov::{self, Cov};
 use super::rows;
 use ipu_schema::DType;
 
-/// λ of the probabilistic branch: `2·exp(−λ²/2) = 4.6·10⁻¹¹` per element.
-pub const LAMBDA: f64 = 7.0;
+/// λ of the probabilistic branch: `2·exp(−λ²/2) = 7.0·10⁻¹⁰ < 10⁻⁹` per element.
+pub const LAMBDA: f64 = 6.6;
 
 /// Half the spacing of a format's values at magnitude `x` (values stand for `code · 2^scale`):
 /// the largest error of rounding any value of magnitude at most `x` to nearest (beyond the
@@ -75,6 +75,13 @@ pub struct Bounds {
     /// Where kept, the covariance matrices of the `sd` part (`cov.rs`); `sd` and `sv` are
     /// then never above what they give.
     pub cov: Option<Cov>,
+    /// Where kept, the deterministic part that has a direction: per row an ellipsoid
+    /// `{Q^½·v : ‖v‖ ≤ 1}` (shape matrices `Q`, in the layout of `cov`) holding it; `det` and
+    /// `dr` are then the rest (a box), and an element's deterministic bound is
+    /// `det + √Q_ee`. Linear maps move an ellipsoid exactly, where a box would grow.
+    pub q: Option<Cov>,
+    /// Probabilistic statements used beside the elements' own (per row, in layer norms).
+    pub extra_events: u64,
 }
 
 /// Per-element parts of [`Bounds`] (row parts computed by [`Bounds::new`]'s caller).
@@ -102,34 +109,55 @@ impl Bounds {
             dr: vec![0.0; rows],
             comb: vec![0.0; len],
             cov: None,
+            q: None,
+            extra_events: 0,
         }
     }
 
     /// Bounds from their parts: row bounds never above what the elements give (`√Σ b²`,
     /// `√Σ sd²` — the trace bounds the largest eigenvalue —, `√Σ det²`), NaN row bounds
     /// (unknown) replaced by those, and the combined bound.
-    pub fn new(mut p: Parts, d: usize) -> Bounds {
-        if std::env::var("NODET").is_ok_and(|v| v == "1") {
-            p.det.iter_mut().for_each(|x| *x = 0.0);
-            p.dr.iter_mut().for_each(|x| *x = 0.0);
-        }
+    pub fn new(p: Parts, d: usize) -> Bounds {
         let rho = rows::clamp(p.rho, &p.b, d);
         let sv = rows::clamp(p.sv, &p.sd, d);
         let dr = rows::clamp(p.dr, &p.det, d);
-        let comb =
-            p.b.iter()
-                .enumerate()
-                .map(|(e, b)| {
-                    let q = LAMBDA * (p.sd[e] * p.sd[e] + p.dg[e] * p.dg[e]).sqrt()
-                        + if std::env::var("NODET").is_ok_and(|v| v == "1") { 0.0 } else { p.det[e] };
-                    if q < *b {
-                        q
-                    } else {
-                        *b
-                    }
-                })
-                .collect();
-        Bounds { b: p.b, rho, sd: p.sd, dg: p.dg, sv, det: p.det, dr, comb, cov: None }
+        let mut out = Bounds {
+            comb: p.b.clone(),
+            b: p.b,
+            rho,
+            sd: p.sd,
+            dg: p.dg,
+            sv,
+            det: p.det,
+            dr,
+            cov: None,
+            q: None,
+            extra_events: 0,
+        };
+        out.recombine();
+        out
+    }
+
+    /// The deterministic bound of each element: the box part plus the ellipsoid's extent.
+    pub fn det_total(&self) -> Vec<f64> {
+        match &self.q {
+            Some(q) => self
+                .det
+                .iter()
+                .zip(q.variances(self.det.len()))
+                .map(|(d, v)| d + v.sqrt() * (1.0 + 1e-9))
+                .collect(),
+            None => self.det.clone(),
+        }
+    }
+
+    /// Recomputes the combined bound `min(b, λ·√(sd² + dg²) + det_total)`.
+    fn recombine(&mut self) {
+        let det = self.det_total();
+        for (e, c) in self.comb.iter_mut().enumerate() {
+            let q = LAMBDA * self.sd[e].hypot(self.dg[e]) + det[e];
+            *c = if q < self.b[e] { q } else { self.b[e] };
+        }
     }
 
     /// These bounds with the covariances of their shared random part: `sd` and `sv` tightened to
@@ -145,13 +173,47 @@ impl Bounds {
             }
         }
         self.sv = rows::clamp(std::mem::take(&mut self.sv), &self.sd, d);
-        for e in 0..self.b.len() {
-            let q = LAMBDA * self.sd[e].hypot(self.dg[e])
-                + if std::env::var("NODET").is_ok_and(|v| v == "1") { 0.0 } else { self.det[e] };
-            self.comb[e] = if q < self.b[e] { q } else { self.b[e] };
-        }
         self.cov = Some(c);
+        self.recombine();
         self
+    }
+
+    /// These bounds with an ellipsoid for the directed deterministic part (`det`, `dr` being
+    /// the rest).
+    pub fn with_q(mut self, q: Option<Cov>) -> Bounds {
+        self.q = q;
+        self.recombine();
+        self
+    }
+
+    /// The same bounds with the ellipsoid folded into the box (`det + √Q_ee`, and the row norms
+    /// by `√λ_max`), for an op that cannot move it.
+    pub fn folded(&self) -> Bounds {
+        let Some(q) = &self.q else { return self.clone() };
+        let mut out = self.clone();
+        out.det = self.det_total();
+        if q.rows && q.vectors() == out.dr.len() {
+            for (r, v) in out.dr.iter_mut().zip(q.sqrt_lambda_max()) {
+                *r += v;
+            }
+        } else {
+            out.dr.iter_mut().for_each(|r| *r = f64::NAN);
+        }
+        let d = out.b.len() / out.dr.len().max(1);
+        out.dr = rows::clamp(std::mem::take(&mut out.dr), &out.det, d);
+        out.q = None;
+        out
+    }
+
+    /// The ellipsoids as row vectors of length `d`: the kept ones, or zero ones where there are
+    /// none; `None` where they are kept in another layout (or over the budget).
+    pub fn row_q(&self, d: usize) -> Option<Cov> {
+        match &self.q {
+            Some(c) if c.rows && c.d == d => Some(c.clone()),
+            Some(_) => None,
+            None if cov::fits(self.b.len(), d) => Some(Cov::zero_rows(self.b.len(), d)),
+            None => None,
+        }
     }
 
     /// The covariances of the shared part as row vectors of length `d`: the kept ones, or zero
@@ -169,7 +231,7 @@ impl Bounds {
 
     /// Elements whose combined bound came from the probabilistic branch.
     pub fn events(&self) -> u64 {
-        self.b.iter().zip(&self.comb).filter(|(b, c)| c < b).count() as u64
+        self.b.iter().zip(&self.comb).filter(|(b, c)| c < b).count() as u64 + self.extra_events
     }
 
     /// Whether the tensor carries any error at all.
@@ -181,6 +243,11 @@ impl Bounds {
     /// element); row bounds as [`rows::view`] derives them. A view moves elements one to one,
     /// so a source only one element had still has one.
     pub fn view(&self, from: &[usize], d_in: usize, d_out: usize) -> Bounds {
+        let len = if from.is_empty() { self.b.len() } else { from.len() };
+        let q = self.q.as_ref().map(|q| view_cov(q, from, d_in, d_out, len));
+        if let Some(None) = q {
+            return self.folded().view(from, d_in, d_out);
+        }
         let pick =
             |v: &[f64]| if from.is_empty() { v.to_vec() } else { from.iter().map(|&i| v[i]).collect() };
         let (b, sd, dg, det, comb) =
@@ -189,7 +256,7 @@ impl Bounds {
         let sv = rows::view(from, d_in, d_out, &self.sv, &sd);
         let dr = rows::view(from, d_in, d_out, &self.dr, &det);
         let cov = self.cov.as_ref().and_then(|c| view_cov(c, from, d_in, d_out, b.len()));
-        Bounds { b, rho, sd, dg, sv, det, dr, comb, cov }
+        Bounds { b, rho, sd, dg, sv, det, dr, comb, cov, q: q.flatten(), extra_events: 0 }
     }
 
     /// Per row, the largest `dg`: `√λ_max` of the (diagonal) covariance of the `dg` part.
@@ -244,7 +311,8 @@ pub fn elementwise(input: &Bounds, parts: &[Elem], d: usize) -> Bounds {
     }
     let slopes: Vec<f64> = parts.iter().map(|p| p.slope).collect();
     let c = input.cov.as_ref().map(|c| c.scaled(&slopes));
-    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d)
+    let q = input.q.as_ref().map(|q| q.scaled(&slopes));
+    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d).with_q(q)
 }
 
 /// The covariances of a view's row vectors: an output row inside one input row takes the
@@ -269,7 +337,7 @@ fn view_cov(c: &Cov, from: &[usize], d_in: usize, d_out: usize, len: usize) -> O
                     out[i * d_out + j] = cm[pos[i] * d_in + pos[j]];
                 }
             }
-        } else if d_out % d_in == 0
+        } else if d_out.is_multiple_of(d_in)
             && (0..d_out / d_in).all(|g| {
                 let row = src(r * d_out + g * d_in) / d_in;
                 (0..d_in).all(|q| src(r * d_out + g * d_in + q) == row * d_in + q)

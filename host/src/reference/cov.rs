@@ -7,8 +7,8 @@
 
 use super::gemm64;
 
-/// Largest number of covariance entries kept for one tensor (64 MiB of f64).
-const BUDGET: usize = 1 << 23;
+/// Largest number of covariance entries kept for one tensor (16 MiB of f64).
+const BUDGET: usize = 1 << 21;
 
 /// Covariance matrices, `d × d`, one per vector.
 #[derive(Clone, Debug)]

@@ -127,8 +127,27 @@ pub fn exact(
     let theta_r = 0.5 * super::gamma(n_sum + 6, u32r) + 3.0 * u32r;
     let theta_z = theta_r + 2.1 * u32r;
     let rows = ex.len() / d;
-    // Per row: [b, sd, dg, det] per element and [ρ, sv, dr].
-    let out: Vec<(Vec<f64>, [Vec<f64>; 4], [f64; 3])> = (0..rows)
+    // The input's ellipsoids as row vectors (or folded into its box), and the covariances of
+    // its whole random part (shared and own) per row.
+    let folded;
+    let bounds = if bounds.q.is_some() && bounds.row_q(d).is_none() {
+        folded = bounds.folded();
+        &folded
+    } else {
+        bounds
+    };
+    let cin = bounds.row_cov(d).map(|mut c| {
+        c.add_diagonal(&bounds.dg);
+        c
+    });
+    let qin = bounds.row_q(d);
+    let quad = |m: &[f64], v: &[f64]| -> f64 {
+        (0..d).map(|i| v[i] * (0..d).map(|j| m[i * d + j] * v[j]).sum::<f64>()).sum::<f64>().max(0.0)
+    };
+    // Per row: [b, sd, dg, det] per element, [ρ, sv, dr], the rank-one ellipsoid's scale
+    // (directed remainder), and whether the probabilistic branch holds.
+    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3], f64, bool);
+    let out: Vec<Row> = (0..rows)
         .into_par_iter()
         .map(|r| {
             let row = r * d..(r + 1) * d;
@@ -145,7 +164,27 @@ pub fn exact(
             let z_norm = super::rows::norm(&z);
             let kappa = z_norm * z_norm / n;
             let rig = perturbation(&dev, e, bounds.rho[r], sigma);
-            let pc = perturbation(&dev, comb, bounds.rho[r], sigma);
+            let mut pc = perturbation(&dev, comb, bounds.rho[r], sigma);
+            // Probabilistic: z·Δx and mean(Δx) are linear functionals of the errors; their
+            // random parts (covariance C) are within λ·√(vᵀCv), the ellipsoid's within
+            // √(vᵀQv), the box's within Σ|v|·det (two more probabilistic statements per row).
+            if let Some(c) = &cin {
+                let (cm, ones) = (c.mat(r), vec![1.0; d]);
+                let (qz, q1) =
+                    qin.as_ref().map_or((0.0, 0.0), |q| (quad(q.mat(r), &z), quad(q.mat(r), &ones)));
+                let det_row = &bounds.det[row.clone()];
+                let zdx = super::bounds::LAMBDA * quad(cm, &z).sqrt()
+                    + qz.sqrt()
+                    + z.iter().zip(det_row).map(|(z, t)| z.abs() * t).sum::<f64>();
+                let mdx = (super::bounds::LAMBDA * quad(cm, &ones).sqrt()
+                    + q1.sqrt()
+                    + det_row.iter().sum::<f64>())
+                    / n;
+                pc.d_dot = pc.d_dot.min(sigma * zdx);
+                pc.m1 = pc.m1.min(mdx);
+                pc.sigma_lo = (sigma * sigma - 2.0 * pc.d_dot / n).max(0.0).sqrt();
+                pc.d_sigma = (2.0 * pc.d_dot + pc.rho * pc.rho) / (n * (pc.sigma_lo + sigma));
+            }
             // The kernel's mean at the device's input: |μ̂ − μ(x̂)| ≤ e_mu (with the input's bound e).
             let abs_mean = x.iter().map(|v| v.abs()).sum::<f64>() / n;
             let e_mu = |p: &Perturbation, e: &[f64]| {
@@ -180,6 +219,14 @@ pub fn exact(
             };
             // Probabilistic: the linear map J of the random and deterministic parts.
             let prob = pc.sigma_lo > 0.0;
+            let s_dir = if prob {
+                2.0 * pc.d_dot * pc.d_sigma / (n * sigma * sigma * pc.sigma_lo)
+                    + pc.rho * pc.rho / (n * pc.sigma_lo * (pc.sigma_lo + sigma))
+            } else {
+                0.0
+            };
+            // Without ellipsoids (over the budget) the directed remainder joins the box.
+            let s_box = if qin.is_none() { s_dir } else { 0.0 };
             let mean = |v: &[f64]| v.iter().sum::<f64>() / n;
             let zmean = |v: &[f64]| z.iter().zip(v).map(|(z, s)| z.abs() * s).sum::<f64>() / n;
             let (mean_sd, zsd, mean_det, zdet) = (mean(sd_in), zmean(sd_in), mean(det_in), zmean(det_in));
@@ -224,10 +271,9 @@ pub fn exact(
                         / sigma;
                     let det_lin = ((det_in[i] + mean_det + z[i].abs() * zdet) / sigma)
                         .min(bounds.dr[r] * row_i / sigma);
-                    let rem = (comb[i] + pc.m1) * pc.d_sigma / (sigma * pc.sigma_lo)
-                        + z[i].abs()
-                            * (2.0 * pc.d_dot * pc.d_sigma / (n * sigma * sigma * pc.sigma_lo)
-                                + pc.rho * pc.rho / (n * pc.sigma_lo * (pc.sigma_lo + sigma)));
+                    // The remainder: δ(1/σ̂ − 1/σ) (a box) and z·s (the direction z, |s| ≤ s_dir:
+                    // an ellipsoid of rank one).
+                    let rem = (comb[i] + pc.m1) * pc.d_sigma / (sigma * pc.sigma_lo) + z[i].abs() * s_box;
                     let dz_c = (comb[i] + pc.m1 + z[i].abs() * pc.d_sigma) / pc.sigma_lo;
                     let fz_c = f32_err(z[i].abs() + dz_c, e_mu_c, pc.sigma_lo);
                     let dzc = (dz_c + fz_c).min(dz);
@@ -264,13 +310,16 @@ pub fn exact(
             } else {
                 (0.0, f64::NAN)
             };
-            (y_out, cols, [rho, sv, dr])
+            (y_out, cols, [rho, sv, dr], s_dir, prob)
         })
         .collect();
     let mut ys = Vec::with_capacity(ex.len());
     let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(ex.len()));
     let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::with_capacity(rows));
-    for (y, c, q) in out {
+    let (mut s_dirs, mut probs) = (Vec::with_capacity(rows), Vec::with_capacity(rows));
+    for (y, c, q, s_dir, prob) in out {
+        s_dirs.push(s_dir);
+        probs.push(prob);
         ys.extend(y);
         for (dst, src) in el.iter_mut().zip(c) {
             dst.extend(src);
@@ -281,34 +330,44 @@ pub fn exact(
     }
     let [b, sd, dg, det] = el;
     let [rho, sv, dr] = rw;
-    // Covariances: C ↦ G·J·(C + diag(dg²))·Jᵀ·G per row (rows whose probabilistic branch fell
-    // back to the rigorous bound carry no random part).
-    let cov = bounds.row_cov(d).map(|mut c| {
-        c.add_diagonal(&bounds.dg);
-        c.m.par_chunks_mut(d * d)
-            .zip(ex.par_chunks(d))
-            .zip(sd.par_chunks(d))
-            .zip(det.par_chunks(d))
-            .for_each(|(((m, x), sd_row), det_row)| {
+    // Per row, G·J·M·Jᵀ·G for the covariances (M = C + diag(dg²)) and the ellipsoids (M = Q, and
+    // the remainder's rank-one (s·g∘z)(s·g∘z)ᵀ beside it); rows whose probabilistic branch fell
+    // back to the rigorous bound carry neither.
+    let g: Vec<f64> = (0..d).map(|i| gamma.exact.map_or(1.0, |v| v[i])).collect();
+    let map_rows = |c: Option<super::cov::Cov>, rank_one: bool| {
+        c.map(|mut c| {
+            c.m.par_chunks_mut(d * d).zip(ex.par_chunks(d)).enumerate().for_each(|(r, (m, x))| {
+                if !probs[r] {
+                    m.iter_mut().for_each(|v| *v = 0.0);
+                    return;
+                }
                 let n = d as f64;
                 let mu = x.iter().sum::<f64>() / n;
                 let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
                 let sigma = (var + eps as f64).sqrt();
                 let z: Vec<f64> = x.iter().map(|v| (v - mu) / sigma).collect();
-                if sd_row.iter().all(|s| *s == 0.0) && det_row.iter().any(|t| *t > 0.0) {
-                    m.iter_mut().for_each(|v| *v = 0.0);
-                    return;
-                }
                 let mut out = super::cov::layernorm_map(m, &z, sigma);
-                let g: Vec<f64> = (0..d).map(|i| gamma.exact.map_or(1.0, |v| v[i])).collect();
                 for i in 0..d {
                     for j in 0..d {
                         out[i * d + j] *= g[i] * g[j];
                     }
                 }
+                if rank_one && s_dirs[r] > 0.0 {
+                    let u: Vec<f64> = (0..d).map(|i| s_dirs[r] * g[i] * z[i]).collect();
+                    let uu: Vec<f64> = (0..d * d).map(|e| u[e / d] * u[e % d]).collect();
+                    out = super::cov::sum_unknown(&out, &uu, d);
+                }
                 m.copy_from_slice(&out);
             });
-        c
-    });
-    (ys, super::bounds::Bounds::new(super::bounds::Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(cov, d))
+            c
+        })
+    };
+    let cov = map_rows(cin, false);
+    let q = map_rows(qin, true);
+    let extra = 2 * probs.iter().filter(|p| **p).count() as u64;
+    let mut out = super::bounds::Bounds::new(super::bounds::Parts { b, rho, sd, dg, sv, det, dr }, d)
+        .with_cov(cov, d)
+        .with_q(q);
+    out.extra_events = extra;
+    (ys, out)
 }

@@ -138,6 +138,27 @@ pub(super) fn matmul_exact(
     let batch = len as usize / (m * n).max(1);
     let u32r = unit_roundoff(DType::F32);
     let (a_entries, b_entries) = (if l.a_batched { batch } else { 1 }, if l.b_batched { batch } else { 1 });
+    // The operands' ellipsoids move through the product where their layout allows (A's vectors
+    // over K; B's over N or over K) and the output's fit the budget; otherwise they are folded
+    // into the operands' boxes first.
+    let fits = cov::fits(len as usize, n);
+    let a_q_ok = a.bounds.q.as_ref().is_none_or(|c| c.d == k && c.rows != l.ta);
+    let b_q_ok =
+        b.bounds.q.as_ref().is_none_or(|c| (c.d == n && c.rows != l.tb) || (c.d == k && c.rows == l.tb));
+    let q_path = fits && a_q_ok && b_q_ok;
+    let (fa, fb);
+    let a = if !q_path && a.bounds.q.is_some() {
+        fa = a.bounds.folded();
+        Operand { exact: a.exact, bounds: &fa }
+    } else {
+        a
+    };
+    let b = if !q_path && b.bounds.q.is_some() {
+        fb = b.bounds.folded();
+        Operand { exact: b.exact, bounds: &fb }
+    } else {
+        b
+    };
     let al = lay(&a, a_entries, m, k, l.ta);
     let bl = lay(&b, b_entries, k, n, l.tb);
     let b_bounds = b.bounds;
@@ -289,13 +310,15 @@ pub(super) fn matmul_exact(
                             for (p, piece) in pieces.iter_mut().enumerate() {
                                 let (kb0, kb1) = split(kb as u64, r.tk, p as u64);
                                 let (mut ps, mut pe) = (0f64, 0f64);
-                                for q in kb0 as usize..kb1 as usize {
+                                for (q, part) in
+                                    partial.iter().enumerate().take(kb1 as usize).skip(kb0 as usize)
+                                {
                                     if q > kb0 as usize {
                                         let f = g_pin * (ps.abs() + carried + pe);
                                         f_pin += f;
                                         pe += f;
                                     }
-                                    ps += partial[q][e];
+                                    ps += part[e];
                                     let c = round_blk(ps.abs() + carried + pe + f_terms);
                                     pe += c;
                                     sum_c += c;
@@ -382,51 +405,55 @@ pub(super) fn matmul_exact(
     }
     let [b, mut sd, dg, det] = el;
     let [rho, sv, dr] = rw;
-    let c = if cov::fits(len as usize, n) {
-        matmul_cov(l, &a, b_bounds, &al, &bl, batch, alpha, &mut sd)
+    let both = |x, y| layouts(l, x, y);
+    let c = if fits {
+        both(a.bounds, b_bounds).map(|[a_c, b_rows, b_cols]| {
+            let (c, elem) =
+                propagate(l, &al, &bl, [a_c, b_rows, b_cols], [Some(&al.dg2), Some(&bl.dg2)], batch, alpha);
+            for (s, e) in sd.iter_mut().zip(elem) {
+                *s = s.min(e * (1.0 + 1e-9));
+            }
+            c
+        })
     } else {
         None
     };
-    (ex, Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(c, n))
+    // The ellipsoids: the same maps, no own part.
+    let q = if q_path && (a.bounds.q.is_some() || b_bounds.q.is_some()) {
+        let qa = a.bounds.q.as_ref();
+        let (qr, qc) = match &b_bounds.q {
+            Some(c) if c.d == n && c.rows != l.tb => (Some(c), None),
+            Some(c) => (None, Some(c)),
+            None => (None, None),
+        };
+        Some(propagate(l, &al, &bl, [qa, qr, qc], [None, None], batch, alpha).0)
+    } else {
+        None
+    };
+    (ex, Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(c, n).with_q(q))
 }
 
-/// The covariances of the output rows' shared random part (`cov.rs`), where the operands'
-/// allow: per output row `(bi, i)`, `α²·Bᵀ·(C_a + diag(dg_a²))·B` for A's errors (A's row over
-/// K tracked, or only A's own sources), and for B's errors `α²·‖a‖₁·Σ_k |a_k|·C_b,k` (the rows
-/// of B over N; their cross-covariances unknown) plus `α²·diag(Σ_k a_k²·dg_b,kj²)` (own sources:
-/// independent); where only B's columns over K are tracked, their variances `m_j = aᵀC_jа` and
-/// the bound `(Σ_j √m_j)·diag(√m_j)`. Both random: their sum with unknown cross-covariance.
-/// `sd` is tightened per element with the exact variances where the row bound inflates them.
-#[allow(clippy::too_many_arguments)]
-fn matmul_cov(
+/// Per output row `(bi, i)`, the covariance (or ellipsoid) matrix of the linear image of the
+/// operands' errors (`cov.rs`): `α²·Bᵀ·(C_a + diag(own_a))·B` for A's (its vectors over K
+/// tracked, or only its own sources), and for B's `α²·‖a‖₁·Σ_k |a_k|·C_b,k` (B's rows over N;
+/// their cross-covariances unknown — for ellipsoids, the Minkowski sum with weights
+/// `‖a‖₁/|a_k|`) plus `α²·diag(Σ_k a_k²·own_b,kj)` (own sources: independent); where only B's
+/// columns over K are tracked, their variances `m_j = aᵀC_j·a` and the bound
+/// `(Σ_j √m_j)·diag(√m_j)`. Both operands: their sum with unknown cross-covariance. Also, per
+/// element, `√(A's variance) + √(B's variance)` (exact where the row bound inflates it).
+fn propagate(
     l: &MatMulLayout,
-    a: &Operand<'_>,
-    bb: &Bounds,
     al: &Laid,
     bl: &Laid,
+    [a_cov, b_rows, b_cols]: [Option<&Cov>; 3],
+    [a_own, b_own]: [Option<&Vec<f64>>; 2],
     batch: usize,
     alpha: f64,
-    sd: &mut [f64],
-) -> Option<Cov> {
+) -> (Cov, Vec<f64>) {
     let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
-    let (a_entries, b_entries) = (if l.a_batched { batch } else { 1 }, if l.b_batched { batch } else { 1 });
-    let ab = a.bounds;
-    let zero = |x: &Bounds| x.sd.iter().all(|v| *v == 0.0);
-    // A's vectors over K: the tensor's rows (not transposed) or columns (transposed).
-    let a_cov = match &ab.cov {
-        Some(c) if c.d == k && c.rows != l.ta => Some(c),
-        _ if zero(ab) => None,
-        _ => return None,
-    };
-    let a_random = a_cov.is_some() || al.dg.iter().any(|x| *x != 0.0);
-    // B's vectors over N (its rows, logically) and over K (its columns, logically).
-    let (b_rows, b_cols) = match &bb.cov {
-        Some(c) if c.d == n && c.rows != l.tb => (Some(c), None),
-        Some(c) if c.d == k && c.rows == l.tb => (None, Some(c)),
-        _ if zero(bb) => (None, None),
-        _ => return None,
-    };
-    let b_random = b_rows.is_some() || b_cols.is_some() || bl.dg.iter().any(|x| *x != 0.0);
+    let b_entries = if l.b_batched { batch } else { 1 };
+    let a_random = a_cov.is_some() || a_own.is_some_and(|o| o.iter().any(|x| *x != 0.0));
+    let b_random = b_rows.is_some() || b_cols.is_some() || b_own.is_some_and(|o| o.iter().any(|x| *x != 0.0));
     let a2 = alpha * alpha;
     // Bᵀ per entry (rows over K) and B's panels, for the congruence.
     let bts: Vec<Vec<f64>> =
@@ -439,13 +466,14 @@ fn matmul_cov(
             let (bi, i) = (row / m, row % m);
             let ai = if l.a_batched { bi } else { 0 } * m + i;
             let be = if l.b_batched { bi } else { 0 };
-            let _ = a_entries;
             let arow = &al.v[ai * k..(ai + 1) * k];
             // A's part.
             let a_part = if a_random {
                 let mut c = a_cov.map_or_else(|| vec![0f64; k * k], |c| c.mat(ai).to_vec());
-                for q in 0..k {
-                    c[q * k + q] += al.dg2[ai * k + q];
+                if let Some(o) = a_own {
+                    for q in 0..k {
+                        c[q * k + q] += o[ai * k + q];
+                    }
                 }
                 let mut t = cov::congruence(&c, k, n, &panels[be], &bts[be]);
                 t.iter_mut().for_each(|x| *x *= a2);
@@ -469,10 +497,12 @@ fn matmul_cov(
                             *x += l1 * w.abs() * y;
                         }
                     }
-                    for j in 0..n {
-                        let g = w * w * bl.dg2[(be * k + q) * n + j];
-                        c[j * n + j] += g;
-                        elem_b[j] += g;
+                    if let Some(o) = b_own {
+                        for j in 0..n {
+                            let g = w * w * o[(be * k + q) * n + j];
+                            c[j * n + j] += g;
+                            elem_b[j] += g;
+                        }
                     }
                 }
                 if let Some(bc) = b_cols {
@@ -501,7 +531,6 @@ fn matmul_cov(
             } else {
                 None
             };
-            // Per element: √(A's variance) + √(B's variance).
             let elem: Vec<f64> = (0..n)
                 .map(|j| a_part.as_ref().map_or(0.0, |c| c[j * n + j].max(0.0).sqrt()) + elem_b[j].sqrt())
                 .collect();
@@ -514,12 +543,29 @@ fn matmul_cov(
         })
         .collect();
     let mut mats = Vec::with_capacity(batch * m * n * n);
-    for (row, (c, elem)) in rows.into_iter().enumerate() {
-        for j in 0..n {
-            let s = &mut sd[row * n + j];
-            *s = s.min(elem[j] * (1.0 + 1e-9));
-        }
+    let mut elems = Vec::with_capacity(batch * m * n);
+    for (c, e) in rows {
         mats.extend(c);
+        elems.extend(e);
     }
-    Some(Cov { rows: true, d: n, last: n, m: mats })
+    (Cov { rows: true, d: n, last: n, m: mats }, elems)
+}
+
+/// The operands' tracked covariances where their layout fits the product: A's vectors over K,
+/// B's over N, B's over K (`None`: zero); `None` where one is kept in another layout.
+fn layouts<'a>(l: &MatMulLayout, x: &'a Bounds, y: &'a Bounds) -> Option<[Option<&'a Cov>; 3]> {
+    let (k, n) = (l.k as usize, l.n as usize);
+    let zero_sd = |x: &Bounds| x.sd.iter().all(|v| *v == 0.0);
+    let a_c = match &x.cov {
+        Some(c) if c.d == k && c.rows != l.ta => Some(c),
+        _ if zero_sd(x) => None,
+        _ => return None,
+    };
+    let (b_rows, b_cols) = match &y.cov {
+        Some(c) if c.d == n && c.rows != l.tb => (Some(c), None),
+        Some(c) if c.d == k && c.rows == l.tb => (None, Some(c)),
+        _ if zero_sd(y) => (None, None),
+        _ => return None,
+    };
+    Some([a_c, b_rows, b_cols])
 }

@@ -244,6 +244,14 @@ pub fn evaluate(
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
         all.insert(name.clone(), Bounds::exact(t.data.len(), last(&t.shape)));
     }
+    // The last op that reads each tensor: its covariance matrices are dropped after it (they are
+    // the large part of the bounds; the per-element bounds stay).
+    let mut last_use: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        for t in op.kind.operands() {
+            last_use.insert(&g.tensor(t).name, i);
+        }
+    }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
         let get = |id| {
@@ -525,12 +533,25 @@ pub fn evaluate(
                     && perm[r - 2] == r - 1
                     && (0..r - 2).all(|a| perm[a] == a);
                 if swap {
-                    bd.cov = all[n].cov.as_ref().map(|c| cov::Cov {
+                    let relabel = |c: &cov::Cov| cov::Cov {
                         rows: !c.rows,
                         d: c.d,
                         last: if c.rows { x.shape[r - 2] as usize } else { c.d },
                         m: c.m.clone(),
-                    });
+                    };
+                    bd.cov = all[n].cov.as_ref().map(relabel);
+                    if let Some(q) = &all[n].q {
+                        // The view above folded the ellipsoid (rows gather from many rows):
+                        // keep it relabelled instead, with the box of the input.
+                        let unfolded = Bounds { q: None, ..all[n].clone() }.view(
+                            &from,
+                            last(&x.shape),
+                            last(&out.shape),
+                        );
+                        bd.det = unfolded.det;
+                        bd.dr = unfolded.dr;
+                        bd = bd.with_q(Some(relabel(q)));
+                    }
                 }
                 (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
             }
@@ -543,36 +564,18 @@ pub fn evaluate(
                 (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
             }
         };
-        if std::env::var_os("BOUND_DEBUG").is_some() {
-            let mx = |v: &[f64]| v.iter().fold(0f64, |m, x| m.max(*x));
-            // z: |device − f64| over the random scale; share of det in the P bound.
-            let (mut z, mut detshare) = (0f64, 0f64);
-            for e in 0..ex.len() {
-                let err = (value.data[e] as f64 - ex[e]).abs();
-                if !is_fp8(value.dtype) {
-                    z = z.max(err / bd.sd[e].hypot(bd.dg[e]).max(1e-300));
-                }
-                let p = LAMBDA * bd.sd[e].hypot(bd.dg[e]) + bd.det[e];
-                detshare = detshare.max(bd.det[e] / p);
-            }
-            eprintln!(
-                "{:>24} b {:.2e} sd {:.2e} dg {:.2e} det {:.2e} sv {:.2e} dr {:.2e} comb {:.2e} zmax {:.2} detshare {:.2} cov {}",
-                out.name,
-                mx(&bd.b),
-                mx(&bd.sd),
-                mx(&bd.dg),
-                mx(&bd.det),
-                mx(&bd.sv),
-                mx(&bd.dr),
-                mx(&bd.comb),
-                z,
-                detshare,
-                bd.cov.as_ref().map_or("-".to_string(), |c| format!("{}{}", if c.rows { "R" } else { "C" }, c.d))
-            );
-        }
         exact.insert(out.name.clone(), ex);
         all.insert(out.name.clone(), bd);
         vals.insert(out.name.clone(), value);
+        for t in op.kind.operands() {
+            let name = &g.tensor(t).name;
+            if last_use.get(name.as_str()) == Some(&i) {
+                if let Some(b) = all.get_mut(name) {
+                    // Folding keeps the ellipsoid's extent in the box.
+                    *b = Bounds { cov: None, ..b.folded() };
+                }
+            }
+        }
     }
     let events = g.ops.iter().map(|op| all[&g.tensor(op.output).name].events()).sum();
     let rigorous = all.iter().map(|(k, v)| (k.clone(), v.b.clone())).collect();
@@ -601,15 +604,27 @@ fn rounding_parts(ex: &[f64], input: &Bounds, dtype: DType, scale: i8) -> Vec<El
 /// an operand's own sources stay its element's own only when the other operand is exact and
 /// the operand is not broadcast), the product's first-order parts scale by the other operand's
 /// value, `Δp·Δq` is deterministic.
-fn binary_bounds(
-    op: BinaryOp,
-    operands: [(&Vec<f64>, &Bounds, &Vec<usize>, &Vec<u64>); 2],
-    ex: &[f64],
-    d: usize,
-) -> Bounds {
+/// One operand of a binary op: f64 values, bounds, the operand element of each output
+/// element, the operand's shape.
+type BinaryOperand<'a> = (&'a Vec<f64>, &'a Bounds, &'a Vec<usize>, &'a Vec<u64>);
+
+fn binary_bounds(op: BinaryOp, operands: [BinaryOperand<'_>; 2], ex: &[f64], d: usize) -> Bounds {
     let [(ea, ba, ia, sa), (eb, bb, ib, sb)] = operands;
     let n = ex.len();
     let whole = |shape: &[u64]| shape.iter().product::<u64>() as usize == n;
+    // The operands' ellipsoids move where each output element reads one element of the random
+    // operand(s) in the same layout; otherwise they are folded into the box first.
+    let q_path = (bb.is_exact() && whole(sa))
+        || (ba.is_exact() && whole(sb))
+        || (whole(sa) && whole(sb) && ba.row_q(d).is_some() && bb.row_q(d).is_some());
+    let (fa, fb);
+    let (ba, bb) = if q_path {
+        (ba, bb)
+    } else {
+        fa = ba.folded();
+        fb = bb.folded();
+        (&fa, &fb)
+    };
     // Whether each operand's own sources stay one output element's own.
     let own = [whole(sa) && bb.is_exact(), whole(sb) && ba.is_exact()];
     let mul = op == BinaryOp::Mul;
@@ -690,6 +705,8 @@ fn binary_bounds(
     // Covariances, where each operand is whole (not broadcast): scaled by the first-order
     // factor; with both random, the operands' own parts join and the sum's cross-covariance is
     // unknown.
+    let other_a: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
+    let other_b: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
     let scale = |e: &[f64]| -> Vec<f64> {
         if mul {
             (0..n).map(|i| e[i].abs()).collect()
@@ -724,7 +741,27 @@ fn binary_bounds(
             _ => None,
         }
     };
-    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d)
+    let q = if !q_path {
+        None
+    } else if bb.is_exact() && whole(sa) {
+        ba.q.as_ref().map(|q| q.scaled(&scale(&other_b)))
+    } else if ba.is_exact() && whole(sb) {
+        bb.q.as_ref().map(|q| q.scaled(&scale(&other_a)))
+    } else {
+        match (ba.row_q(d), bb.row_q(d)) {
+            (Some(qa), Some(qb)) => {
+                let (qa, qb) = (qa.scaled(&scale(&other_b)), qb.scaled(&scale(&other_a)));
+                let m =
+                    qa.m.chunks(d * d)
+                        .zip(qb.m.chunks(d * d))
+                        .flat_map(|(x, y)| cov::sum_unknown(x, y, d))
+                        .collect();
+                Some(cov::Cov { m, ..qa })
+            }
+            _ => None,
+        }
+    };
+    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d).with_q(q)
 }
 
 /// The last axis of a shape (1 for a scalar).
@@ -788,7 +825,16 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
 fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Vec<f64>, bounds::Bounds) {
     let u32r = unit_roundoff(DType::F32);
     let g_sum = gamma(n as u64 / 2 + 3, u32r);
-    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3]);
+    let folded;
+    let input = if input.q.is_some() && input.row_q(n).is_none() {
+        folded = input.folded();
+        &folded
+    } else {
+        input
+    };
+    let qin = input.row_q(n);
+    // Per row: values, [b, sd, dg, det], [ρ, sv, dr], the scale of the directed remainder −s·p.
+    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3], f64);
     let rows_out: Vec<Row> = (0..e.len() / n.max(1))
         .into_par_iter()
         .map(|r| {
@@ -859,8 +905,11 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
                 let row_j = (1.0 - 2.0 * p[j] + p_norm * p_norm).max(0.0).sqrt();
                 let sd = p[j] * (sd_in[j] + mean_sd).min(input.sv[r] * row_j)
                     + p[j] * (dg_in[j] * dg_in[j] * (1.0 - 2.0 * p[j]) + pdg2).max(0.0).sqrt();
-                let new_det =
-                    p[j] * (0.5 * phi * phi * phi.exp() + 0.5 * c_max.exp() * pc2) + p[j] * phi.exp() * psic;
+                // The remainder p_j((e^φ − 1 − φ) + (φ − φ_lin)): the first a box, the second
+                // −s·p_j with 0 ≤ s ≤ ½e^{max B}Σ p B², the direction p (an ellipsoid of rank one,
+                // or the box without ellipsoids).
+                let s_box = if qin.is_none() { 0.5 * c_max.exp() * pc2 } else { 0.0 };
+                let new_det = p[j] * (0.5 * phi * phi * phi.exp() + s_box) + p[j] * phi.exp() * psic;
                 new_det_sq += new_det * new_det;
                 let det = p[j] * (det_in[j] + mean_det).min(input.dr[r] * row_j) + new_det;
                 cols[1].push(sd);
@@ -871,13 +920,15 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
             let rho = rows::norm(&cols[0]);
             let sv = p_max * (input.sv[r] + dg_max);
             let dr = p_max * input.dr[r] + new_det_sq.sqrt();
-            (p, cols, [rho, sv, dr])
+            (p, cols, [rho, sv, dr], 0.5 * c_max.exp() * pc2)
         })
         .collect();
     let mut ex = Vec::with_capacity(e.len());
     let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(e.len()));
     let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::new());
-    for (p, c, q) in rows_out {
+    let mut s_dirs = Vec::new();
+    for (p, c, q, s_dir) in rows_out {
+        s_dirs.push(s_dir);
         ex.extend(p);
         for (dst, src) in el.iter_mut().zip(c) {
             dst.extend(src);
@@ -897,5 +948,17 @@ fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Ve
         });
         c
     });
-    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(cov, n))
+    // Ellipsoids: Q ↦ J·Q·Jᵀ, beside the remainder's (s·p)(s·p)ᵀ.
+    let q = qin.map(|mut c| {
+        c.m.par_chunks_mut(n * n).zip(ex.par_chunks(n)).zip(s_dirs.par_iter()).for_each(|((m, p), s)| {
+            let mut out = cov::softmax_map(m, p);
+            if *s > 0.0 {
+                let uu: Vec<f64> = (0..n * n).map(|e| s * s * p[e / n] * p[e % n]).collect();
+                out = cov::sum_unknown(&out, &uu, n);
+            }
+            m.copy_from_slice(&out);
+        });
+        c
+    });
+    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(cov, n).with_q(q))
 }

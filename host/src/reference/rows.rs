@@ -9,11 +9,7 @@ use super::gemm64;
 
 /// Rows of a tensor with this many elements and last axis `d` (a scalar is one row of one).
 pub fn count(len: usize, d: usize) -> usize {
-    if d == 0 {
-        0
-    } else {
-        len / d
-    }
+    len.checked_div(d).unwrap_or(0)
 }
 
 /// `√Σ b²` per row: the row bound that follows from the elementwise bounds.
@@ -51,7 +47,7 @@ pub fn view(from: &[usize], d_in: usize, d_out: usize, rho_in: &[f64], bd_out: &
                 return rho_in[first];
             }
             // Whole input rows, each once, in order: a merge of rows (`[4, 24] → [96]`).
-            if d_out % d_in == 0
+            if d_out.is_multiple_of(d_in)
                 && (0..d_out / d_in).all(|q| {
                     let row = src(r * d_out + q * d_in) / d_in;
                     (0..d_in).all(|c| src(r * d_out + q * d_in + c) == row * d_in + c)
