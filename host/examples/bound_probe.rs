@@ -68,7 +68,7 @@ fn main() {
         let kind = format!("{:?}", op.kind);
         let kind: String = kind.chars().take_while(|c| c.is_alphanumeric()).collect();
         println!(
-            "{i:>4} {:<24} {:<10} {:>7} {me:>10.3e} {mb:>10.3e} {mr:>10.3e} {my:>10.3e} {wr:>8.4} {rr:>8.4} {over:>5}",
+            "{i:>4} {:<24} {:<10} {:>7} {me:>10.3e} {mb:>10.3e} {mr:>10.3e} {my:>10.3e} {wr:>9.3e} {rr:>9.3e} {over:>5}",
             &t.name[..t.name.len().min(24)],
             kind,
             ex.len()

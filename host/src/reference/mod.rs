@@ -440,7 +440,10 @@ pub fn evaluate(
                         } else {
                             (0.0, 0.0, total)
                         };
-                        Elem { slope, slope_r: f64::INFINITY, carried: total, fresh: 0.0, rand, det }
+                        // The whole rigorous bound as the op's own part: with no slope bound
+                        // the row norm is then the elements' (`√Σ b²`), the input's row norm
+                        // only where it is zero.
+                        Elem { slope, slope_r: f64::INFINITY, carried: 0.0, fresh: total, rand, det }
                     })
                     .collect();
                 let bd = bounds::elementwise(bin, &parts, last(&x.shape));
