@@ -574,8 +574,12 @@ pub fn evaluate(
             let name = &g.tensor(t).name;
             if last_use.get(name.as_str()) == Some(&i) {
                 if let Some(b) = all.get_mut(name) {
-                    // Folding keeps the ellipsoid's extent in the box.
-                    *b = Bounds { cov: None, ..b.folded() };
+                    // Only the bounds `evaluate` returns stay.
+                    *b = Bounds {
+                        b: std::mem::take(&mut b.b),
+                        comb: std::mem::take(&mut b.comb),
+                        ..Bounds::default()
+                    };
                 }
             }
         }
