@@ -221,6 +221,15 @@ impl MapFn {
 }
 
 impl OpKind {
+    /// A view: the same values read another way, no data movement (a reshape, a slice, a transpose
+    /// that keeps the last axis). The planner reads the bytes where they are.
+    pub fn is_view(&self) -> bool {
+        match self {
+            OpKind::Reshape { .. } | OpKind::Slice { .. } => true,
+            OpKind::Transpose { perm, .. } => perm.last() == Some(&(perm.len().wrapping_sub(1))),
+            _ => false,
+        }
+    }
     /// The tensors the op reads, in operand order.
     pub fn operands(&self) -> Vec<TensorId> {
         match *self {
@@ -263,6 +272,10 @@ pub struct Graph {
     pub outputs: Vec<TensorId>,
     /// Operations in execution order.
     pub ops: Vec<Op>,
+    /// Sources whose bytes a planner must leave as they are: in a stage's graph (`stages.rs`),
+    /// the inputs that ops of other stages also read from where this stage is given them, or that
+    /// the host reads back. Empty for a whole model.
+    pub shared: Vec<TensorId>,
 }
 
 impl Graph {
@@ -274,6 +287,16 @@ impl Graph {
     /// the same way; the build turns a param's placement into resident data.
     pub fn is_source(&self, id: TensorId) -> bool {
         self.inputs.contains(&id) || self.params.contains(&id)
+    }
+    /// Whether some op reads a tensor's values: an op that computes, or a view (reshape, slice,
+    /// last-axis-keeping transpose: no data movement) whose own result is read or is an output.
+    /// An input or param nothing reads is not placed: the package binds nothing for it, and `run`
+    /// ignores values given for it.
+    pub fn is_read(&self, id: TensorId) -> bool {
+        self.ops.iter().any(|o| {
+            o.kind.operands().contains(&id)
+                && (!o.kind.is_view() || self.outputs.contains(&o.output) || self.is_read(o.output))
+        })
     }
     /// Find a tensor by name.
     pub fn find(&self, name: &str) -> Option<TensorId> {

@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tracing::{info, info_span};
+use tracing::{info, info_span, warn};
 
 /// Build settings.
 #[derive(Clone, Debug)]
@@ -198,6 +198,12 @@ pub fn build_model(
         return Err(BuildError::Options(format!("--tiles {} not in 1..=1472", opts.tiles)));
     }
     let graph = model::parse(file, src)?;
+    for &t in graph.inputs.iter().chain(&graph.params) {
+        if !graph.is_read(t) {
+            let kind = if graph.params.contains(&t) { "param" } else { "input" };
+            warn!("{kind} `{}` is read by no op: it is not placed on the chip", graph.tensor(t).name);
+        }
+    }
     // Params are read before planning, so a missing or mismatched file fails fast.
     let model_dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new("."));
     let param_values = match given {
@@ -318,6 +324,7 @@ pub fn build_model(
                 });
                 index.push(u);
             }
+            info!(tiles = codes.len(), unique = unique.len(), "linking distinct tile programs");
             let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
                 unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
             });

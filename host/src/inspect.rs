@@ -39,6 +39,8 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
     let params_max =
         params.iter().enumerate().max_by_key(|(i, b)| (**b, usize::MAX - i)).map(|(i, b)| (i, *b));
     let samples = |p: &ipu_schema::ProfilePlan| p.tiles.iter().map(|t| t.samples.len()).sum::<usize>();
+    let code = code_by_kind(mem);
+    let distinct_images = ipu_schema::share_images(&pkg.tiles).len();
     if json {
         let v = serde_json::json!({
             "model": pkg.info.model,
@@ -49,6 +51,9 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
             "memory_bytes": {"code": total(|m| m.code), "tensors": total(|m| m.tensors), "params": params_total,
                 "descriptors": total(|m| m.descriptors), "exchange": total(|m| m.exchange), "host": total(|m| m.host),
                 "profile": total(|m| m.profile)},
+            "code_bytes_per_tile": code.iter().map(|(kind, max, tile, mean)| (kind.to_string(),
+                serde_json::json!({"max": max, "max_tile": tile, "mean": mean}))).collect::<serde_json::Map<_, _>>(),
+            "distinct_tile_images": distinct_images,
             "profile_plan": pkg.plan.profile.as_ref().map(|p| serde_json::json!({"phases": p.phases,
                 "kernels": p.kernels, "samples": samples(p)})),
             "largest_tile": {"tile": max_tile.0, "bytes": max_tile.1, "by_kind": mem.get(max_tile.0).map(|m| serde_json::json!({
@@ -79,6 +84,11 @@ pub fn render(pkg: &Package, bytes: &[u8], json: bool) -> String {
         total(|m| m.host),
         total(|m| m.profile)
     );
+    let _ =
+        writeln!(out, "code bytes per tile (max on tile / mean), {distinct_images} distinct tile images:");
+    for (kind, max, tile, mean) in &code {
+        let _ = writeln!(out, "  {kind:<9} {max:>7} on tile {tile:<5} mean {mean:>9.1}");
+    }
     match &pkg.plan.profile {
         Some(p) => {
             let _ = writeln!(out, "profile plan: {} samples, phases {}", samples(p), p.phases.join(", "));
@@ -134,4 +144,32 @@ fn direction(d: Direction) -> &'static str {
         Direction::Output => "output",
         Direction::Param => "param ",
     }
+}
+
+/// One figure of a tile's memory.
+type Field = fn(&ipu_schema::TileMemory) -> u32;
+
+/// Per kind of code (all, runtime, kernels, launches, exchange): the largest per-tile figure, the
+/// first tile that has it, and the mean over tiles.
+fn code_by_kind(mem: &[ipu_schema::TileMemory]) -> Vec<(&'static str, u32, usize, f64)> {
+    let kinds: [(&str, Field); 5] = [
+        ("all", |m| m.code),
+        ("runtime", |m| m.code_runtime),
+        ("kernels", |m| m.code_kernels),
+        ("launches", |m| m.code_launches),
+        ("exchange", |m| m.code_exchange),
+    ];
+    kinds
+        .iter()
+        .map(|(name, f)| {
+            let (tile, max) = mem
+                .iter()
+                .enumerate()
+                .map(|(t, m)| (t, f(m)))
+                .max_by_key(|&(t, v)| (v, usize::MAX - t))
+                .unwrap_or((0, 0));
+            let mean = mem.iter().map(|m| f(m) as f64).sum::<f64>() / mem.len().max(1) as f64;
+            (*name, max, tile, mean)
+        })
+        .collect()
 }

@@ -173,6 +173,7 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
         params: vec![],
         outputs: vec![],
         ops: vec![],
+        shared: vec![],
     };
     for (name, input) in &raw.inputs {
         let inp = input.get_ref();

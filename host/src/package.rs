@@ -234,7 +234,7 @@ impl Package {
     /// Serialise (deterministic).
     pub fn to_bytes(&self) -> Vec<u8> {
         let bodies = vec![
-            (SectionKind::TileImages, encode(&self.tiles)),
+            (SectionKind::TileImages, encode(&ipu_schema::share_images(&self.tiles))),
             (SectionKind::ConfigWrites, encode(&self.config)),
             (SectionKind::Bindings, encode(&self.bindings)),
             (SectionKind::HostExchange, encode(&self.host)),
@@ -258,9 +258,17 @@ impl Package {
         fn dec<'a, T: serde::Deserialize<'a>>(k: SectionKind, b: &'a [u8]) -> Result<T, PackageError> {
             decode(b).map_err(|e| PackageError::Decode(k.name(), e.to_string()))
         }
+        let shared: Vec<ipu_schema::SharedImage> =
+            dec(SectionKind::TileImages, body(SectionKind::TileImages)?)?;
+        let tiles = ipu_schema::unshare_images(shared).ok_or_else(|| {
+            PackageError::Invalid(
+                "tile images: each tile must be listed once, ascending within an image, and images ordered by their first tile"
+                    .into(),
+            )
+        })?;
         let p = Package {
             tile_count: header.tile_count.get(),
-            tiles: dec(SectionKind::TileImages, body(SectionKind::TileImages)?)?,
+            tiles,
             config: dec(SectionKind::ConfigWrites, body(SectionKind::ConfigWrites)?)?,
             bindings: dec(SectionKind::Bindings, body(SectionKind::Bindings)?)?,
             host: dec(SectionKind::HostExchange, body(SectionKind::HostExchange)?)?,
@@ -277,12 +285,18 @@ impl Package {
         if self.tiles.len() != self.tile_count as usize {
             return bad(format!("{} tile images for a {}-tile target", self.tiles.len(), self.tile_count));
         }
+        // Tiles that share an image (as read from the file) share its check.
+        let mut checked: std::collections::BTreeSet<(*const Vec<ipu_schema::Segment>, u32)> =
+            std::collections::BTreeSet::new();
         for (i, img) in self.tiles.iter().enumerate() {
             let t = img.tile;
             if t as usize != i {
                 return bad(format!(
                     "tile image {i} is for tile {t} (images must be in tile order, one per tile)"
                 ));
+            }
+            if !checked.insert((std::sync::Arc::as_ptr(&img.segments), img.entry)) {
+                continue;
             }
             let mut prev_end = 0u64;
             let mut entry_ok = false;
@@ -373,8 +387,13 @@ impl Package {
             Ok(g) => g,
             Err(e) => return bad(format!("build info: the model source does not parse: {e}")),
         };
+        // An input or param no op reads has nothing to be written to: the build binds none.
+        let read = |ids: &[ipu_core::graph::TensorId]| -> Vec<ipu_core::graph::TensorId> {
+            ids.iter().copied().filter(|&t| g.is_read(t)).collect()
+        };
+        let (inputs, params) = (read(&g.inputs), read(&g.params));
         let dirs =
-            [(Direction::Input, &g.inputs), (Direction::Param, &g.params), (Direction::Output, &g.outputs)];
+            [(Direction::Input, &inputs), (Direction::Param, &params), (Direction::Output, &g.outputs)];
         for (dir, ids) in dirs {
             let word = match dir {
                 Direction::Input => "input",

@@ -316,6 +316,12 @@ fn prepare_inputs(
     inputs
 }
 
+/// Whether `name` is a model input that no op reads (the package binds nothing for it).
+fn unread_input(pkg: &Package, name: &str) -> bool {
+    crate::model::parse("<package model>", &pkg.info.model_source)
+        .is_ok_and(|g| g.find(name).is_some_and(|t| g.inputs.contains(&t) && !g.is_read(t)))
+}
+
 fn is_param(pkg: &Package, name: &str) -> bool {
     pkg.bindings.iter().any(|b| b.direction == Direction::Param && b.name == name)
 }
@@ -330,6 +336,10 @@ fn read_input_files(pkg: &Package, opts: &RunOptions) -> Result<BTreeMap<String,
             )));
         }
         let Some(b) = pkg.bindings.iter().find(|b| b.direction == Direction::Input && &b.name == name) else {
+            if unread_input(pkg, name) {
+                tracing::warn!("--input {name}: no op of the model reads `{name}`; the file is not used");
+                continue;
+            }
             return Err(RunError::Input(format!(
                 "--input {name}: the package has no input tensor of that name"
             )));

@@ -316,10 +316,20 @@ fn transpose_a_with_alpha_passes_and_planner_refusals_name_the_line() {
         assert_eq!(code, 0, "A {shape}: {out}{err}");
         assert!(out.contains("referenceMaximumAbsoluteError=0 numericalTest=PASS"), "{out}");
     }
-    // In a chain (matmul then softmax) transpose_a is refused, with the line and what to do.
+    // Followed by a softmax, the rank-2 matmul is a stage of its own (it takes transpose_a) and
+    // the softmax another: it builds and passes.
     let chain = format!("{}[[ops]]\nop = \"softmax\"\ninput = \"C\"\noutput = \"P\"\ndtype = \"f16\"\n", one)
         .replace("outputs = [\"C\"]", "outputs = [\"P\"]");
-    std::fs::write(&model, chain).unwrap();
+    std::fs::write(&model, &chain).unwrap();
+    let pkg = build(d.path(), &model, 8);
+    let (code, out, err) = run(bin().arg("run").arg(&pkg));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("referenceMaximumAbsoluteError=0 numericalTest=PASS"), "{out}");
+    // Batched, it is a row chain, where transpose_a is refused, with the line and what to do.
+    let batched = chain
+        .replace("shape = [96, 64]", "shape = [2, 96, 64]")
+        .replace("shape = [96, 48]", "shape = [2, 96, 48]");
+    std::fs::write(&model, batched).unwrap();
     let (code, _, err) =
         run(bin().arg("build").arg(&model).arg("-o").arg(d.path().join("x")).args(["--tiles", "8"]));
     assert_eq!(code, 2);

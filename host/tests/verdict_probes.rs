@@ -149,7 +149,10 @@ const RUNALL: u32 = 0xA300_0000;
 const NOP: u32 = 0x8000_0000;
 
 fn remove_kernel_call(p: &mut Package, tile: usize) {
-    let seg = p.tiles[tile].segments.iter_mut().find(|s| s.flags & SEG_EXEC != 0).unwrap();
+    let seg = std::sync::Arc::make_mut(&mut p.tiles[tile].segments)
+        .iter_mut()
+        .find(|s| s.flags & SEG_EXEC != 0)
+        .unwrap();
     let at = seg
         .bytes
         .chunks_exact(4)
@@ -161,7 +164,9 @@ fn remove_kernel_call(p: &mut Package, tile: usize) {
 /// Every kernel launch of the tile replaced by a `nop` (a tile may run several chains of
 /// launches, one per column block).
 fn remove_every_kernel_call(p: &mut Package, tile: usize) {
-    for seg in p.tiles[tile].segments.iter_mut().filter(|s| s.flags & SEG_EXEC != 0) {
+    for seg in
+        std::sync::Arc::make_mut(&mut p.tiles[tile].segments).iter_mut().filter(|s| s.flags & SEG_EXEC != 0)
+    {
         for w in seg.bytes.chunks_exact_mut(4) {
             if u32::from_le_bytes((&*w).try_into().unwrap()) & 0xFF00_0000 == RUNALL {
                 w.copy_from_slice(&NOP.to_le_bytes());

@@ -83,6 +83,7 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     probe.push_str(code);
     let p = assemble(&probe, TILE_MEM_BASE, &mut scratch).map_err(|e| asm_err(tile, e, &probe))?;
     let code_bytes = p.segments.iter().map(|s| s.len as u32).sum::<u32>();
+    let kind_bytes = p.kind_bytes;
     let code_end = TILE_MEM_BASE + code_bytes;
     if code_end > EXEC_REGION_END {
         return Err(LinkError::CodeTooLarge(tile, code_bytes));
@@ -160,7 +161,16 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
             bytes: scratch[s.offset..s.offset + s.len].to_vec(),
         })
         .collect();
-    let mut memory = TileMemory { code: code_bytes, host: HOST_AREA_BYTES, ..TileMemory::default() };
+    let [code_runtime, code_kernels, code_launches, code_exchange] = kind_bytes;
+    let mut memory = TileMemory {
+        code: code_bytes,
+        code_runtime,
+        code_kernels,
+        code_launches,
+        code_exchange,
+        host: HOST_AREA_BYTES,
+        ..TileMemory::default()
+    };
     // Zero-filled bytes as disjoint segments (buffers with disjoint lifetimes may share bytes).
     let mut zero: Vec<(u32, u32)> =
         buffers.iter().filter(|b| b.init.is_empty()).map(|b| (addr_of[b.name.as_str()], b.bytes)).collect();
@@ -195,7 +205,12 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
         bytes: Vec::new(),
     });
     segments.sort_by_key(|s| s.addr);
-    Ok(Linked { image: TileImage { tile, entry, segments }, symbols, memory, code_end })
+    Ok(Linked {
+        image: TileImage { tile, entry, segments: alloc::sync::Arc::new(segments) },
+        symbols,
+        memory,
+        code_end,
+    })
 }
 
 impl core::error::Error for LinkError {}

@@ -6,7 +6,9 @@
 //! - operands may be symbols, `symbol+N` / `symbol-N`, or integers (decimal or `0x` hex);
 //! - `.org ADDR` starts a new segment, `.align N` pads with zeros (a `nop`/`fnop` is not implied),
 //!   `.word V, …` emits 32-bit words, `.half V, …` 16-bit values, `.space N` N zero bytes,
-//!   `.equ NAME, VALUE` defines a constant;
+//!   `.equ NAME, VALUE` defines a constant, `.kind K` (0..=3) counts the bytes that follow in
+//!   [`Program::kind_bytes`]`[K]` (the code generator marks runtime, kernel, launch and exchange
+//!   code this way, so that a tile's code size is reported by kind);
 //! - `#` or `//` start a comment.
 //!
 //! Output goes into a caller buffer; segments record which addresses each part of it covers.
@@ -109,7 +111,12 @@ pub struct Program<'src> {
     pub symbols: Vec<(&'src str, u32), MAX_SYMBOLS>,
     /// Bytes of the buffer in use.
     pub used: usize,
+    /// Bytes emitted under each `.kind K` directive (bytes before the first `.kind` count as 0).
+    pub kind_bytes: [u32; KINDS],
 }
+
+/// Counters of `.kind` (docs/format.md: the code of a tile by kind).
+pub const KINDS: usize = 4;
 
 impl Program<'_> {
     /// The value of a symbol.
@@ -146,6 +153,7 @@ struct State<'src, 'buf> {
     prog: Program<'src>,
     addr: u32,
     pass: u8,
+    kind: usize,
 }
 
 impl<'src> State<'src, '_> {
@@ -210,6 +218,7 @@ impl<'src> State<'src, '_> {
             return Err(AsmErrorKind::OutputFull);
         }
         self.prog.used += bytes.len();
+        self.prog.kind_bytes[self.kind] += bytes.len() as u32;
         if let Some(seg) = self.prog.segments.last_mut() {
             seg.len += bytes.len();
         }
@@ -249,6 +258,14 @@ impl<'src> State<'src, '_> {
             ".space" => {
                 let n = self.value(args)?;
                 (0..n).try_for_each(|_| self.emit(&[0]))
+            }
+            ".kind" => {
+                let k = self.value(args)? as usize;
+                if k >= KINDS {
+                    return Err(AsmErrorKind::BadDirective);
+                }
+                self.kind = k;
+                Ok(())
             }
             ".equ" => {
                 let (name, v) = args.split_once(',').ok_or(AsmErrorKind::BadDirective)?;
@@ -326,14 +343,17 @@ impl<'src> State<'src, '_> {
 pub fn assemble<'src>(src: &'src str, default_org: u32, out: &mut [u8]) -> Result<Program<'src>, AsmError> {
     let mut st = State {
         out,
-        prog: Program { segments: Vec::new(), symbols: Vec::new(), used: 0 },
+        prog: Program { segments: Vec::new(), symbols: Vec::new(), used: 0, kind_bytes: [0; KINDS] },
         addr: default_org,
         pass: 1,
+        kind: 0,
     };
     for pass in [1u8, 2] {
         st.pass = pass;
         st.prog.segments.clear();
         st.prog.used = 0;
+        st.prog.kind_bytes = [0; KINDS];
+        st.kind = 0;
         st.start_segment(default_org).map_err(|kind| AsmError { line: 0, kind })?;
         for (n, raw) in src.lines().enumerate() {
             let err = |kind| AsmError { line: n + 1, kind };

@@ -155,10 +155,23 @@ pub fn phase_code_lines(plan: &TilePlan) -> Vec<(String, usize)> {
     out
 }
 
-/// The complete code text of one tile (symbols of its buffers are defined by the linker).
+/// The kinds of a tile's code, as `.kind` counts them (`asm::Program::kind_bytes`).
+pub mod code_kind {
+    /// The host command loop, the call and its return.
+    pub const RUNTIME: u32 = 0;
+    /// Worker kernels.
+    pub const KERNELS: u32 = 1;
+    /// Supervisor code of launches, weight loads, CSR writes, syncs and stamps.
+    pub const LAUNCHES: u32 = 2;
+    /// Supervisor code of exchange supersteps.
+    pub const EXCHANGE: u32 = 3;
+}
+
+/// The complete code text of one tile (symbols of its buffers are defined by the linker), its
+/// parts marked by kind (`.kind`, [`code_kind`]).
 pub fn tile_code(plan: &TilePlan) -> String {
     let mut s = String::new();
-    s.push_str(".equ mailbox, 0xe7b00\nmain:\n    sync 15\ncmd:\n");
+    s.push_str(".equ mailbox, 0xe7b00\n.kind 0\nmain:\n    sync 15\ncmd:\n");
     if plan.steps.iter().any(|s| matches!(s, Step::Stamp(_))) {
         // Profile stamp 0: the host sync released this tile ($m9 = stamp base, docs/profile.md).
         let _ = writeln!(s, "    setzi $m9, {}", ipu_core::plan::profile::BUFFER);
@@ -169,13 +182,19 @@ pub fn tile_code(plan: &TilePlan) -> String {
          call $m10, phases\n    sync 15\n    bri cmd\nstop:\n    halt\nphases:\n",
     );
     let mut kernels = BTreeSet::new();
+    let mut kind = code_kind::RUNTIME;
     for (i, step) in plan.steps.iter().enumerate() {
         if let Step::RunAll(k, ..) = step {
             kernels.insert(*k);
         }
+        let k = if matches!(step, Step::Exchange(_)) { code_kind::EXCHANGE } else { code_kind::LAUNCHES };
+        if k != kind && !matches!(step, Step::Phase(_)) {
+            let _ = writeln!(s, ".kind {k}");
+            kind = k;
+        }
         step_code(&mut s, &plan.steps, i);
     }
-    s.push_str("    br $m10\n");
+    let _ = writeln!(s, ".kind {}\n    br $m10\n.kind {}", code_kind::RUNTIME, code_kind::KERNELS);
     for k in kernels {
         s.push_str(&crate::kernels::text(k));
     }
@@ -212,7 +231,10 @@ mod tests {
         );
         let code = tile_code(&plan);
         let body = code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap();
-        assert_eq!(body.lines().count(), parts.iter().map(|p| p.1).sum::<usize>());
+        // `.kind` marks emit no bytes.
+        let lines = body.lines().filter(|l| !l.starts_with(".kind")).count();
+        assert_eq!(lines, parts.iter().map(|p| p.1).sum::<usize>());
+        assert!(body.starts_with(".kind 2\n"), "launch code is marked as such: {body}");
     }
 
     /// A launch whose early workers leave the supervisor time sets up the next weight load and
@@ -231,7 +253,11 @@ mod tests {
                 ],
             };
             let code = tile_code(&plan);
-            String::from(code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap())
+            let body = code.split("phases:\n").nth(1).unwrap().split("    br $m10").next().unwrap();
+            body.lines()
+                .filter(|l| !l.starts_with(".kind"))
+                .map(|l| alloc::format!("{l}\n"))
+                .collect::<String>()
         };
         // Workers 0 and 1 take one more row (4 issues) than the other four.
         let early = Issues::of_workers([26, 26, 22, 22, 22, 22]);
@@ -248,5 +274,37 @@ mod tests {
         ] {
             assert!(code_of(late).contains("sync 2\n    setzi $m1, B+512\n    ldcwei $m1\n"), "{late:?}");
         }
+    }
+
+    /// The `.kind` marks count every code byte once: runtime, kernels, launches and exchange add
+    /// up to the assembled size, and each kind gets the bytes of its own instructions.
+    #[test]
+    fn code_kinds_add_up_to_the_code() {
+        use ipu_core::plan::exchange::Event;
+        let plan = TilePlan {
+            buffers: Vec::new(),
+            steps: alloc::vec![
+                Step::Phase("matmul S".into()),
+                Step::RunAll(Kernel::AddF16, "d0".into(), 10.into()),
+                Step::Exchange(alloc::vec![Event::Expect(4), Event::Drain { until: 9 }]),
+                Step::Sync,
+            ],
+        };
+        let text = alloc::format!(".equ d0, 0x80000\n{}", tile_code(&plan));
+        let mut out = alloc::vec![0u8; 1 << 16];
+        let p = crate::asm::assemble(&text, ipu_core::target::TILE_MEM_BASE, &mut out).expect("assembles");
+        let total: u32 = p.segments.iter().map(|s| s.len as u32).sum();
+        let [runtime, kernels, launches, exchange] = p.kind_bytes;
+        assert_eq!(runtime + kernels + launches + exchange, total);
+        // setzi, setzi, runall, sync 2 | sync 3 after the exchange.
+        assert_eq!(launches, 4 * 5);
+        // setzi, put (Expect), delay (Drain), sync 3.
+        assert_eq!(exchange, 4 * 4);
+        assert_eq!(
+            kernels,
+            crate::asm::assemble(&crate::kernels::text(Kernel::AddF16), 0x4c000, &mut out).unwrap().used
+                as u32
+        );
+        assert!(runtime > 0);
     }
 }

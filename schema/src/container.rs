@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"IPUEXE\0\x01";
 /// Current format version.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Architecture id of the Mk2 model.
 pub const ARCH_MK2: u32 = 2;
 /// Most sections in a package.
@@ -63,7 +63,7 @@ const _: () = assert!(core::mem::size_of::<SectionEntry>() == 56);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum SectionKind {
-    /// `Vec<TileImage>`.
+    /// `Vec<SharedImage>`: each distinct tile image once, with the tiles that load it.
     TileImages = 1,
     /// `Vec<(u32, u32)>`.
     ConfigWrites = 2,

@@ -1,6 +1,8 @@
 //! Section bodies (`docs/format.md`), encoded with postcard.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +14,7 @@ pub const SEG_DATA: u32 = 2;
 pub const SEG_ZERO: u32 = 4;
 
 /// Bytes placed at a tile address.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Segment {
     /// Tile byte address.
     pub addr: u32,
@@ -24,15 +26,68 @@ pub struct Segment {
     pub bytes: Vec<u8>,
 }
 
-/// One tile's image.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One tile's image. Tiles with identical programs share their segments (`Arc`): a package of
+/// 1472 tiles often holds a handful of distinct images (all idle tiles, the tiles of one row
+/// class), and the file stores each once ([`SharedImage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TileImage {
     /// Logical tile.
     pub tile: u16,
     /// Supervisor entry address.
     pub entry: u32,
     /// Segments, sorted by address.
+    pub segments: Arc<Vec<Segment>>,
+}
+
+/// One distinct image as the `TILE_IMAGES` section stores it (docs/format.md, version 5): the
+/// tiles that load it (ascending), its entry and its segments. Images are ordered by their first
+/// tile and every tile of the target appears in exactly one, so the encoding is canonical.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedImage {
+    /// Logical tiles that load this image, ascending.
+    pub tiles: Vec<u16>,
+    /// Supervisor entry address.
+    pub entry: u32,
+    /// Segments, sorted by address.
     pub segments: Vec<Segment>,
+}
+
+/// The `TILE_IMAGES` body of per-tile images (in tile order): identical images (same entry and
+/// segments) stored once, in order of their first tile.
+pub fn share_images(tiles: &[TileImage]) -> Vec<SharedImage> {
+    let mut by_image: BTreeMap<(u32, &[Segment]), usize> = BTreeMap::new();
+    let mut out: Vec<SharedImage> = Vec::new();
+    for t in tiles {
+        let k = *by_image.entry((t.entry, t.segments.as_slice())).or_insert_with(|| {
+            out.push(SharedImage { tiles: Vec::new(), entry: t.entry, segments: (*t.segments).clone() });
+            out.len() - 1
+        });
+        out[k].tiles.push(t.tile);
+    }
+    out
+}
+
+/// Per-tile images from a `TILE_IMAGES` body: each shared image's segments once, referenced by
+/// every tile that loads it, in tile order. `None` when the body is not canonical (a tile listed
+/// twice or out of order, an image with no tile, images out of order) — the reader then refuses.
+pub fn unshare_images(images: Vec<SharedImage>) -> Option<Vec<TileImage>> {
+    let mut tiles: Vec<TileImage> = Vec::new();
+    let mut last_first: Option<u16> = None;
+    for im in images {
+        let first = *im.tiles.first()?;
+        if last_first.is_some_and(|l| l >= first) || im.tiles.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        last_first = Some(first);
+        let segments = Arc::new(im.segments);
+        tiles.extend(im.tiles.iter().map(|&tile| TileImage {
+            tile,
+            entry: im.entry,
+            segments: segments.clone(),
+        }));
+    }
+    tiles.sort_by_key(|t| t.tile);
+    tiles.windows(2).all(|w| w[0].tile != w[1].tile).then_some(tiles)
 }
 
 /// Element types on disk and on device.
@@ -179,8 +234,17 @@ pub struct BuildInfo {
 /// Bytes of tile memory by kind on one tile.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TileMemory {
-    /// Code.
+    /// Code (all of it: the sum of the four kinds below).
     pub code: u32,
+    /// Of the code: the runtime (host command loop, call and return).
+    pub code_runtime: u32,
+    /// Of the code: the worker kernels' text.
+    pub code_kernels: u32,
+    /// Of the code: supervisor code of kernel launches, weight loads, CSR writes, syncs and
+    /// profile stamps.
+    pub code_launches: u32,
+    /// Of the code: supervisor code of exchange supersteps.
+    pub code_exchange: u32,
     /// Tensor data (inputs, outputs, intermediates).
     pub tensors: u32,
     /// Kernel descriptors and other runtime data.

@@ -101,13 +101,21 @@ fn a_thousand_mutations_are_all_rejected() {
     }
     // 5. Semantic edits with every checksum valid: the reader's own checks must catch them.
     let semantic: Vec<(&str, &str, Mutation)> = vec![
-        ("segment out of range", "outside tile memory", Box::new(|p| p.tiles[1].segments[0].addr = 0xE7FF0)),
-        ("segment below memory", "outside tile memory", Box::new(|p| p.tiles[2].segments[0].addr = 0x1000)),
+        (
+            "segment out of range",
+            "outside tile memory",
+            Box::new(|p| std::sync::Arc::make_mut(&mut p.tiles[1].segments)[0].addr = 0xE7FF0),
+        ),
+        (
+            "segment below memory",
+            "outside tile memory",
+            Box::new(|p| std::sync::Arc::make_mut(&mut p.tiles[2].segments)[0].addr = 0x1000),
+        ),
         (
             "code in region 1",
             "outside the executable region",
             Box::new(|p| {
-                let s = &mut p.tiles[0].segments[0];
+                let s = &mut std::sync::Arc::make_mut(&mut p.tiles[0].segments)[0];
                 s.addr = 0x90000;
             }),
         ),
@@ -115,7 +123,7 @@ fn a_thousand_mutations_are_all_rejected() {
             "image larger than memory",
             "outside tile memory",
             Box::new(|p| {
-                p.tiles[3].segments.push(Segment {
+                std::sync::Arc::make_mut(&mut p.tiles[3].segments).push(Segment {
                     addr: 0x4C000,
                     flags: SEG_DATA | SEG_ZERO,
                     len: 0x100000,
@@ -127,14 +135,13 @@ fn a_thousand_mutations_are_all_rejected() {
             "overlapping segments",
             "overlaps the previous segment",
             Box::new(|p| {
-                let s = p.tiles[4].segments[0].clone();
-                p.tiles[4]
-                    .segments
+                let s = std::sync::Arc::make_mut(&mut p.tiles[4].segments)[0].clone();
+                std::sync::Arc::make_mut(&mut p.tiles[4].segments)
                     .insert(1, Segment { addr: s.addr + 4, flags: SEG_DATA, len: 4, bytes: vec![0; 4] });
             }),
         ),
         ("entry outside code", "is not inside a code segment", Box::new(|p| p.tiles[5].entry = 0x90000)),
-        ("wrong tile order", "images must be in tile order", Box::new(|p| p.tiles.swap(0, 1))),
+        ("wrong tile order", "images ordered by their first tile", Box::new(|p| p.tiles.swap(0, 1))),
         (
             "missing tile",
             "tile images for a 8-tile target",
@@ -142,12 +149,22 @@ fn a_thousand_mutations_are_all_rejected() {
                 p.tiles.pop();
             }),
         ),
-        ("length mismatch", "bytes", Box::new(|p| p.tiles[6].segments[0].len += 4)),
-        ("bad flags", "invalid flags", Box::new(|p| p.tiles[7].segments[0].flags = SEG_EXEC | SEG_DATA)),
+        (
+            "length mismatch",
+            "bytes",
+            Box::new(|p| std::sync::Arc::make_mut(&mut p.tiles[6].segments)[0].len += 4),
+        ),
+        (
+            "bad flags",
+            "invalid flags",
+            Box::new(|p| std::sync::Arc::make_mut(&mut p.tiles[7].segments)[0].flags = SEG_EXEC | SEG_DATA),
+        ),
         (
             "zero segment with bytes",
             "zero-filled segments are data without bytes",
-            Box::new(|p| p.tiles[0].segments.last_mut().unwrap().bytes = vec![1; 4]),
+            Box::new(|p| {
+                std::sync::Arc::make_mut(&mut p.tiles[0].segments).last_mut().unwrap().bytes = vec![1; 4]
+            }),
         ),
         (
             "binding tile out of range",

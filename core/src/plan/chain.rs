@@ -32,8 +32,10 @@ const ROW: u64 = 32;
 enum Layout {
     /// `[column block][row][be elements]`: matmul operand (32-byte chunks), cast and softmax output.
     Blocks { be: u64, elt: u64 },
-    /// Matmul output: `[column block][worker: 40-byte scratch, rows × 32 bytes]`.
-    Out { cols: u64, elt: u64 },
+    /// Matmul output: `[column block][worker: 40-byte scratch, rows × 32 bytes]`; `row` is the
+    /// bytes between rows once written: 32 as the AMP leaves them, 16 where f32 partial sums were
+    /// packed to f16 in place (`cvt_f32_f16`: 8 values per row from each worker's first row).
+    Out { cols: u64, elt: u64, row: u64 },
 }
 
 fn is_fp8(d: DType) -> bool {
@@ -113,6 +115,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 if !g.is_source(input) {
                     return unsupported(i, "a cast feeding a matmul's `b` must read a model input".into());
                 }
+                if g.outputs.contains(&op.output) {
+                    // Its weight-block copies have no output binding: the partition makes such a
+                    // cast a stage of its own.
+                    return unsupported(
+                        i,
+                        "a cast feeding a matmul's `b` is not also an output in a row chain".into(),
+                    );
+                }
                 side_casts.push(i);
             }
             _ => chain.push(i),
@@ -146,18 +156,24 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     }
     let r0 = g.tensor(first);
     let rank = r0.shape.len();
-    if rank < 2 {
-        return unsupported(chain[0], format!("`{}` must have rank ≥ 2 (rows × columns)", r0.name));
+    if rank == 0 {
+        return unsupported(chain[0], format!("`{}` must have rank ≥ 1", r0.name));
     }
-    let batch: Vec<u64> = r0.shape[..rank - 2].to_vec();
+    // A vector is one row.
+    let lead = |s: &[u64]| -> (Vec<u64>, u64) {
+        match s.len() {
+            0 | 1 => (Vec::new(), 1),
+            r => (s[..r - 2].to_vec(), s[r - 2]),
+        }
+    };
+    let (batch, m) = lead(&r0.shape);
     let nbatch: u64 = batch.iter().product();
-    let m = r0.shape[rank - 2];
     // Row tensors in order: input, then each chain op's output.
     let mut rows_t: Vec<TensorId> = vec![first];
     rows_t.extend(chain.iter().map(|&i| g.ops[i].output));
     for (&t, op) in rows_t.iter().zip(core::iter::once(&chain[0]).chain(chain.iter())) {
         let s = &g.tensor(t).shape;
-        if s.len() != rank || s[..rank - 2] != batch[..] || s[rank - 2] != m {
+        if s.len() != rank || lead(s) != (batch.clone(), m) {
             return unsupported(
                 *op,
                 format!("`{}` must have batch {batch:?} and {m} rows like `{}`", g.tensor(t).name, r0.name),
@@ -186,14 +202,21 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
     }
     // Layouts, from the last op backwards: a tensor's layout is what its consumer reads.
     let cols = |t: TensorId| *g.tensor(t).shape.last().unwrap_or(&1);
-    let produced_by_matmul = |t: TensorId| {
-        chain.iter().any(|&i| g.ops[i].output == t && matches!(g.ops[i].kind, OpKind::MatMul { .. }))
+    // The partial-sum type of the chain matmul that makes `t`, if one does.
+    let accumulation = |t: TensorId| {
+        chain.iter().find_map(|&i| match g.ops[i].kind {
+            OpKind::MatMul { accumulate, .. } if g.ops[i].output == t => Some(accumulate),
+            _ => None,
+        })
     };
     let mut layout: BTreeMap<TensorId, Layout> = BTreeMap::new();
     for (pos, &t) in rows_t.iter().enumerate().rev() {
         let dt = g.tensor(t).dtype;
-        let own = if produced_by_matmul(t) {
-            Layout::Out { cols: if dt == DType::F32 { 8 } else { 16 }, elt: dt.size() as u64 }
+        let own = if let Some(acc) = accumulation(t) {
+            // f32 partial sums come in blocks of 8 columns; rounded to f16 they are packed to
+            // 16-byte rows in place.
+            let cols = if acc == DType::F32 { 8 } else { 16 };
+            Layout::Out { cols, elt: dt.size() as u64, row: if acc != dt { 16 } else { ROW } }
         } else if let Some(&next) = chain.get(pos) {
             match g.ops[next].kind {
                 OpKind::MatMul { .. } => {
@@ -203,8 +226,18 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     Layout::Blocks { be, .. } => Layout::Blocks { be, elt: dt.size() as u64 },
                     Layout::Out { .. } => unreachable!("casts do not produce Out"),
                 },
+                // A softmax of a tensor the chain did not make reads it in the layout it
+                // writes: `[block][row][16 values]` (the kernel's source rows are 32 bytes apart).
+                OpKind::Softmax { .. } if dt == DType::F16 => Layout::Blocks { be: 16, elt: 2 },
                 OpKind::Softmax { .. } => {
-                    return unsupported(next, "softmax must read a matmul result".into())
+                    return unsupported(
+                        next,
+                        format!(
+                            "softmax reads f16 values; `{}` is {} (cast it to f16 first)",
+                            g.tensor(t).name,
+                            dt.name()
+                        ),
+                    )
                 }
                 OpKind::Binary { .. }
                 | OpKind::Gelu { .. }
@@ -217,11 +250,17 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
         } else {
             Layout::Blocks { be: if is_fp8(dt) { 32 } else { 16 }, elt: dt.size() as u64 }
         };
-        if let (Some(&next), Layout::Out { .. }) = (chain.get(pos), own) {
+        if let (Some(&next), Layout::Out { row, .. }) = (chain.get(pos), own) {
             if !matches!(g.ops[next].kind, OpKind::Softmax { .. }) {
                 return unsupported(
                     next,
                     "a matmul result may feed only a softmax or be an output in this version".into(),
+                );
+            }
+            if row != ROW {
+                return unsupported(
+                    next,
+                    "a softmax of an f16 result of f32 partial sums is planned as a stage of its own, not in the matmul's row chain".into(),
                 );
             }
         }
@@ -322,7 +361,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             .collect::<Vec<_>>();
                         (cb * rows * be * elt, sl)
                     }
-                    Layout::Out { cols: oc, elt } => {
+                    Layout::Out { cols: oc, elt, row } => {
                         let nb = c.div_ceil(oc);
                         let blk = WORKERS as u64 * SCRATCH + rows * ROW;
                         let mut sl = Vec::new();
@@ -338,7 +377,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                         rows: (w1 - w0) as u32,
                                         row_bytes: ((c - k * oc).min(oc) * elt) as u32,
                                         tensor_stride: c * elt,
-                                        tile_stride: ROW as u32,
+                                        tile_stride: row as u32,
                                     });
                                 }
                                 off += SCRATCH + (w1 - w0) * ROW;
@@ -582,6 +621,36 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                                 p.run(amp, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                             }
                         }
+                        if accumulate == DType::F32 && g.tensor(dst).dtype == DType::F16 {
+                            // f16 output of f32 partial sums: each worker's rows rounded once and
+                            // packed to 16-byte rows in place (`Layout::Out { row: 16 }`). A worker
+                            // converts 2 quads per row in each block, in one `rpt` (≤ 4095 quads).
+                            if wr.iter().any(|(w0, w1)| 2 * (w1 - w0) > 4095) {
+                                return unsupported(
+                                    ci,
+                                    "f16 output of f32 partial sums for more than 2047 rows per worker; use more tiles".into(),
+                                );
+                            }
+                            let (mut words, mut slowest) = (Vec::with_capacity(4 * wr.len()), 0);
+                            let mut off = 0;
+                            for (w0, w1) in &wr {
+                                let quads = 2 * (w1 - w0);
+                                words.extend([
+                                    Word::Sym(dst_sym.clone(), (off + SCRATCH) as u32),
+                                    Word::Const(quads as u32),
+                                    Word::Const(blk as u32),
+                                    Word::Const(nb as u32),
+                                ]);
+                                slowest = slowest.max(cost::cvt_issues(quads, nb));
+                                off += SCRATCH + (w1 - w0) * ROW;
+                            }
+                            p.run(
+                                Kernel::CvtF32ToF16,
+                                smol_str::format_smolstr!("d{}", p.steps.len()),
+                                words,
+                                slowest,
+                            );
+                        }
                         if let Some(alpha) = alpha.filter(|_| folded.is_none()) {
                             let ranges: Vec<(u64, u64)> =
                                 super::reduce::pieces(&wr).iter().map(|p| (p.at, p.rows)).collect();
@@ -604,12 +673,32 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         unreachable!("refused above")
                     }
                     OpKind::Softmax { .. } => {
-                        let (Layout::Out { .. }, Layout::Blocks { be, elt }) = (layout[&src], layout[&dst])
-                        else {
-                            unreachable!()
+                        let Layout::Blocks { be, elt } = layout[&dst] else {
+                            unreachable!("softmax writes blocks")
                         };
                         let n = cols(src);
-                        let blk = WORKERS as u64 * SCRATCH + rows * ROW;
+                        // Where worker `w`'s first source row is, and the jump from a row's
+                        // block to the same row of the next block, less the 32 bytes read: AMP
+                        // output blocks (each worker's rows after its scratch) or `[block][row]`
+                        // blocks of an input the chain did not make.
+                        let (first_row, src_jump): (Vec<u64>, u64) = match layout[&src] {
+                            Layout::Out { row: ROW, .. } => {
+                                let blk = WORKERS as u64 * SCRATCH + rows * ROW;
+                                let starts = wr
+                                    .iter()
+                                    .scan(0, |off, (w0, w1)| {
+                                        let at = *off + SCRATCH;
+                                        *off += SCRATCH + (w1 - w0) * ROW;
+                                        Some(at)
+                                    })
+                                    .collect();
+                                (starts, blk - ROW)
+                            }
+                            Layout::Blocks { be: 16, elt: 2 } => {
+                                (wr.iter().map(|(w0, _)| w0 * ROW).collect(), (rows - 1) * ROW)
+                            }
+                            _ => unreachable!("refused when the layouts were chosen"),
+                        };
                         let pad = n.div_ceil(be) * be - n;
                         if pad > 0 {
                             eliminated_clears += rows;
@@ -627,11 +716,10 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             live: super::Live::ALWAYS,
                         });
                         let mut words = Vec::new();
-                        let mut off = 0;
                         for (w, (w0, w1)) in wr.iter().enumerate() {
                             words.extend([
-                                Word::Sym(name(src), (off + SCRATCH) as u32),
-                                Word::Const((blk - ROW) as u32),
+                                Word::Sym(name(src), first_row[w] as u32),
+                                Word::Const(src_jump as u32),
                                 Word::Sym(name(dst), (w0 * be * elt) as u32),
                                 Word::Const(((rows - 1) * be * elt) as u32),
                                 Word::Const((w1 - w0) as u32),
@@ -648,7 +736,6 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             // start.
                             words.extend([SOFTMAX_MAX_START; 2].map(Word::Const));
                             words.extend((0..4).map(|_| Word::Const(0)));
-                            off += SCRATCH + (w1 - w0) * ROW;
                         }
                         let max_rows = wr[0].1 - wr[0].0;
                         p.run(
@@ -800,7 +887,11 @@ fn softmax_e_row(n: u64) -> u64 {
 fn alpha_on_rows(g: &Graph, op: usize, fp8: bool, out_cols: u64, a_cols: u64) -> bool {
     let a = row_input(&g.ops[op].kind);
     let readers = g.ops.iter().filter(|o| o.kind.operands().contains(&a)).count();
-    !fp8 && g.tensor(a).dtype == DType::F16 && readers == 1 && !g.outputs.contains(&a) && out_cols > a_cols
+    !fp8 && g.tensor(a).dtype == DType::F16
+        && readers == 1
+        && !g.outputs.contains(&a)
+        && !g.shared.contains(&a)
+        && out_cols > a_cols
 }
 
 /// The `ScaleF16` descriptor over a row operand in `[block][row][32 bytes]` layout (`kb` blocks of

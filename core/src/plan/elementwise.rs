@@ -268,9 +268,10 @@ pub fn binary(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
 }
 
 /// Whether the result must not be written over `operand`: the host binds the operand and reads
-/// the result (it fills outputs with NaN before a run, so that a result nothing wrote fails).
+/// the result (it fills outputs with NaN before a run, so that a result nothing wrote fails), or
+/// other stages read the operand from the bytes this stage is given (`Graph::shared`).
 fn separate_output(g: &Graph, operand: crate::graph::TensorId, result: crate::graph::TensorId) -> bool {
-    g.is_source(operand) && g.outputs.contains(&result)
+    (g.is_source(operand) && g.outputs.contains(&result)) || g.shared.contains(&operand)
 }
 
 /// The launch of a gelu or map kernel for a worker's chunks `[c0, c1)` of `rows` rows of `d`

@@ -2,6 +2,7 @@
 //! The plan is symbolic (buffer names, not addresses): `ipu-linker` places the buffers and
 //! `ipu-runtime-tile` turns the steps into code.
 
+mod canon;
 mod casts;
 pub mod chain;
 pub mod columns;
@@ -533,6 +534,21 @@ pub fn plan_with_grids(
     opts: PlanOptions,
     grids: &[Option<[u32; 3]>],
 ) -> Result<Plan, PlanError> {
+    if let Some(c) = canon::explicit_transposes(graph) {
+        // Planned with explicit transposes; the plan's per-op figures and errors name model ops.
+        let forward: Vec<Option<[u32; 3]>> =
+            c.orig.iter().map(|o| o.and_then(|i| grids.get(i).copied().flatten())).collect();
+        let mut plan = plan_with_grids(&c.graph, opts, &forward).map_err(|e| match e {
+            PlanError::Unsupported(op, w) => PlanError::Unsupported(c.model_op(op), w),
+            PlanError::NoRoom { tile, op, needed, free } => {
+                PlanError::NoRoom { tile, op: c.model_op(op), needed, free }
+            }
+            other => other,
+        })?;
+        plan.grids = c.new_of.iter().map(|&i| plan.grids.get(i).copied().unwrap_or([1, 1, 1])).collect();
+        plan.alpha_on_a = plan.alpha_on_a.iter().filter_map(|&i| c.orig.get(i).copied().flatten()).collect();
+        return Ok(plan);
+    }
     // The graph-level mapping choice: the whole graph as one mapping (one matmul with its
     // epilogue, or one row chain) when a single planner takes it, else the stages the partition
     // cuts. Either way the stage planner joins, names and places them.
@@ -609,20 +625,6 @@ pub(crate) fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError
             if graph.tensor(a).shape.len() == 2 && graph.tensor(b).shape.len() == 2
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
             && (alpha.is_none() || accumulate == DType::F16));
-    if !simple {
-        for (i, op) in graph.ops.iter().enumerate() {
-            if let OpKind::MatMul { accumulate, .. } = op.kind {
-                if graph.tensor(op.output).dtype != accumulate {
-                    return Err(PlanError::Unsupported(
-                        i,
-                        "f16 output with f32 accumulation is planned for a single rank-2 matmul in this version; \
-                         in a chain, use accumulate = \"f16\" or an f32 output"
-                            .into(),
-                    ));
-                }
-            }
-        }
-    }
     Ok(if simple {
         plan_matmul(graph, opts, epilogue, Vec::new())?
     } else if opts.column_groups > 1 {

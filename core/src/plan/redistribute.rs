@@ -167,6 +167,57 @@ impl View {
     }
 }
 
+/// The slices of a held tensor that the slices `read` of its view give: where a stage is handed a
+/// view (a reshape, a last-axis-keeping transpose) of a model input no earlier op placed, the
+/// host writes the input itself into the stage's buffers, each run of the view's last axis at
+/// the place the view reads it. `None` for a view with a slice step (the host binding must cover
+/// every byte of the input, and a slice reads only part of it).
+pub fn held_through(view: &View, read: &[SliceRef]) -> Option<Vec<SliceRef>> {
+    if view.steps.is_empty() {
+        return Some(read.to_vec());
+    }
+    if view.steps.iter().any(|s| matches!(s, ViewStep::Slice { .. })) {
+        return None;
+    }
+    let run = view.run();
+    let mut out: Vec<SliceRef> = Vec::new();
+    for s in read {
+        for r in 0..s.rows as u64 {
+            let (t0, at) =
+                (s.tensor_offset + r * s.tensor_stride, s.offset as u64 + r * s.tile_stride as u64);
+            let mut x = 0;
+            while x < s.row_bytes as u64 {
+                let n = (run - (t0 + x) % run).min(s.row_bytes as u64 - x);
+                let held = view.map(t0 + x);
+                match out.last_mut() {
+                    // A run that continues the previous one on the tile and in the held tensor.
+                    Some(p)
+                        if p.rows == 1
+                            && p.tile == s.tile
+                            && p.buffer == s.buffer
+                            && p.offset as u64 + p.row_bytes as u64 == at + x
+                            && p.tensor_offset + p.row_bytes as u64 == held =>
+                    {
+                        p.row_bytes += n as u32
+                    }
+                    _ => out.push(SliceRef {
+                        tile: s.tile,
+                        buffer: s.buffer.clone(),
+                        offset: (at + x) as u32,
+                        tensor_offset: held,
+                        rows: 1,
+                        row_bytes: n as u32,
+                        tensor_stride: 0,
+                        tile_stride: 0,
+                    }),
+                }
+                x += n;
+            }
+        }
+    }
+    Some(out)
+}
+
 /// The word moves that give every destination byte its value from the source distribution,
 /// reading the destination tensor through `view` of the source's. Where the source holds bytes
 /// more than once (a replicated input), the first slice wins.

@@ -43,20 +43,18 @@ pub(super) fn row_op(g: &Graph, op: usize) -> bool {
         || super::elementwise::is_elementwise(g, op)
 }
 
-/// Whether op `op` is one the row-chain planner never takes (a row op, a view): the partition
-/// plans it apart, so a row chain's complaint about it is not the graph's reason.
+/// Whether op `op` is one the row-chain planner never takes (a row op, a view) or one the partition
+/// starts a stage with: the partition plans it apart, so a row chain's complaint about it is not
+/// the graph's reason.
 pub(super) fn planned_apart(g: &Graph, op: usize) -> bool {
-    op < g.ops.len() && (row_op(g, op) || view_op(g, op))
+    op < g.ops.len()
+        && (row_op(g, op) || view_op(g, op) || (op > 0 && partition(g).iter().any(|s| s[0] == op)))
 }
 
 /// A reshape, or a transpose that keeps the last axis: no stage, only a different way to read
 /// bytes that are already somewhere (`redistribute::View`).
 pub(super) fn view_op(g: &Graph, op: usize) -> bool {
-    match &g.ops[op].kind {
-        OpKind::Reshape { .. } | OpKind::Slice { .. } => true,
-        OpKind::Transpose { perm, .. } => perm.last() == Some(&(perm.len() - 1)),
-        _ => false,
-    }
+    g.ops[op].kind.is_view()
 }
 
 /// For every tensor a view op makes: the tensor whose bytes it reads and how.
@@ -112,14 +110,27 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
             // (A cast read by a grid matmul is not a side cast: that matmul is a stage apart.)
             let side_cast = |j: usize| {
                 matches!(g.ops[j].kind, OpKind::Cast { .. })
+                    && !g.outputs.contains(&g.ops[j].output)
                     && g.ops.iter().enumerate().any(|(k, o)| {
                         matches!(o.kind, OpKind::MatMul { b, .. } if b == g.ops[j].output)
                             && !grid_matmul(g, k)
                     })
             };
             let last = chain.iter().rev().find(|&&l| !side_cast(l));
-            let follows =
-                side_cast(i) || last.is_none_or(|&l| g.ops[i].kind.operands().contains(&g.ops[l].output));
+            // In a chain a matmul result feeds only a softmax, and not when it is an f16 result of
+            // f32 partial sums (packed to 16-byte rows, which the softmax kernel does not read):
+            // any other reader starts a chain of its own, reading the result as a stage input.
+            let matmul_to_other = |l: usize| match g.ops[l].kind {
+                OpKind::MatMul { accumulate, .. } => {
+                    !matches!(g.ops[i].kind, OpKind::Softmax { .. })
+                        || (accumulate == DType::F32 && g.tensor(g.ops[l].output).dtype == DType::F16)
+                }
+                _ => false,
+            };
+            let follows = side_cast(i)
+                || last.is_none_or(|&l| {
+                    g.ops[i].kind.operands().contains(&g.ops[l].output) && !matmul_to_other(l)
+                });
             if !follows {
                 stages.push(core::mem::take(&mut chain));
             }
@@ -231,6 +242,17 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
             })
             .collect()
     };
+    // A source another stage reads too, or the host reads back, may be given to this stage in
+    // bytes the others then read (a model input is bound where it is first read).
+    let shared = inputs
+        .iter()
+        .chain(&params)
+        .copied()
+        .filter(|t| {
+            g.outputs.contains(t)
+                || g.ops.iter().enumerate().any(|(r, o)| !ops.contains(&r) && o.kind.operands().contains(t))
+        })
+        .collect();
     Graph {
         name: g.name.clone(),
         tensors: g.tensors.clone(),
@@ -238,6 +260,7 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
         params,
         outputs,
         ops: ops.iter().map(|&i| g.ops[i].clone()).collect(),
+        shared,
     }
 }
 
@@ -344,13 +367,24 @@ pub fn plan(
                     redistribute::moves(name, from, &b.slices, &view).map_err(|e| unsupported(ops[0], e))?,
                 );
                 moved.push(name.clone());
-            } else if views.contains_key(&b.tensor) {
-                return Err(unsupported(
-                    ops[0],
-                    format!(
-                        "`{name}` is a view of a model input that no earlier op reads; read the input itself"
-                    ),
-                ));
+            } else if let Some((base, view)) = views.get(&b.tensor) {
+                // The host writes the input itself where this stage reads its view.
+                let Some(slices) = redistribute::held_through(view, &b.slices).filter(|_| !b.transpose)
+                else {
+                    return Err(unsupported(
+                        ops[0],
+                        format!(
+                            "`{name}` is a slice of a model input that no earlier op reads; read the input itself"
+                        ),
+                    ));
+                };
+                held.insert(*base, slices.clone());
+                merged.bindings.push(BindingPlan {
+                    tensor: *base,
+                    direction: b.direction,
+                    transpose: false,
+                    slices,
+                });
             } else {
                 held.insert(b.tensor, b.slices.clone());
                 merged.bindings.push(b);
@@ -417,24 +451,56 @@ pub fn plan(
         }
         merged.alpha_on_a.extend(p.alpha_on_a.iter().filter_map(|&i| ops.get(i).copied()));
     }
-    // Model outputs that are reshapes of held tensors are read where those bytes are.
+    // Model outputs that are reshapes of held tensors are read where those bytes are; a view of a
+    // model input or param is copied first (the host poisons outputs before a run, which would
+    // overwrite the source, and a source may be held on several tiles), and so is a transpose or
+    // slice view (its bytes are not rows of the held tensor).
+    let mut copies: Vec<Move> = Vec::new();
+    let mut copied = Vec::new();
     for &o in &g.outputs {
         if let Some((base, view)) = views.get(&o) {
             let name = &g.tensor(o).name;
             let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
-            let Some(slices) = held.get(base).filter(|_| view.steps.is_empty()) else {
+            let Some(slices) = held.get(base) else {
                 return Err(unsupported(
                     producer,
-                    format!("output `{name}` is a transpose or slice view; make it an op's result (e.g. add a cast) or output the tensor it views"),
+                    format!(
+                        "output `{name}` is a view of `{}`, which no op reads; output it itself",
+                        g.tensor(*base).name
+                    ),
                 ));
+            };
+            // A transpose or slice view is gathered into rows of its own; so is any view of a source.
+            let slices = if g.is_source(*base) || !view.steps.is_empty() {
+                let tag = format!("y{}_", copied.len());
+                let (to, buffers) = row_major(g.tensor(o), opts.tiles, &tag);
+                copies.extend(
+                    redistribute::moves(name, slices, &to, view).map_err(|e| unsupported(producer, e))?,
+                );
+                for (t, b) in buffers {
+                    merged.tiles[t as usize].buffers.push(b);
+                }
+                copied.push(name.clone());
+                to
+            } else {
+                slices.clone()
             };
             merged.bindings.push(BindingPlan {
                 tensor: o,
                 direction: Direction::Output,
                 transpose: false,
-                slices: slices.clone(),
+                slices,
             });
         }
+    }
+    if !copies.is_empty() {
+        let producer = g.ops.len().saturating_sub(1);
+        let step = redistribute::superstep(&copies, "yx_").map_err(|e| unsupported(producer, e))?;
+        merged.exchange_bytes += step.exchange_bytes;
+        if !step.events.is_empty() {
+            merged.horizons.push(step.horizon);
+        }
+        redistribute::append(&mut merged.tiles, step, &format!("copy {}", copied.join(" ")), "yx_");
     }
     for (tile, st) in merged.tiles.iter_mut().zip(&starts) {
         merged.cleared_bytes += liveness::finish(tile, st, super::BUFFER_BYTES);
@@ -477,4 +543,39 @@ fn rename(p: &mut Plan, tag: &str) {
             s.buffer = smol_str::format_smolstr!("{tag}{}", s.buffer);
         }
     }
+}
+
+/// A row-major copy of tensor `t` (rows of its last axis, each padded to a whole word) spread by
+/// rows over up to `tiles` tiles, in buffers named `{tag}out`: its slices and, per tile, the
+/// buffer (host-bound, so live for the whole run).
+fn row_major(
+    t: &crate::graph::Tensor,
+    tiles: usize,
+    tag: &str,
+) -> (Vec<SliceRef>, Vec<(u16, super::Buffer)>) {
+    let elt = t.dtype.size() as u64;
+    let d = *t.shape.last().unwrap_or(&1);
+    let rows: u64 = t.shape.iter().rev().skip(1).product();
+    let (row_bytes, stride) = (d * elt, (d * elt).div_ceil(4) * 4);
+    let used = (tiles as u64).min(rows).max(1);
+    let name: Sym = smol_str::format_smolstr!("{tag}out");
+    let (mut slices, mut buffers) = (Vec::new(), Vec::new());
+    for i in 0..used {
+        let (r0, r1) = super::layout::split(rows, used, i);
+        if r1 == r0 {
+            continue;
+        }
+        slices.push(SliceRef {
+            tile: i as u16,
+            buffer: name.clone(),
+            offset: 0,
+            tensor_offset: r0 * row_bytes,
+            rows: (r1 - r0) as u32,
+            row_bytes: row_bytes as u32,
+            tensor_stride: row_bytes,
+            tile_stride: stride as u32,
+        });
+        buffers.push((i as u16, super::layout::zero(&name, (r1 - r0) * stride, super::MemKind::Tensor)));
+    }
+    (slices, buffers)
 }

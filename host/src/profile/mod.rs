@@ -284,6 +284,8 @@ impl Profile {
                 exchange: m.get_exchange(),
                 host: m.get_host(),
                 profile: m.get_profile(),
+                // The profile format carries code as one figure; `inspect` gives it by kind.
+                ..TileMemory::default()
             };
             let total = table::memory_total(&memory);
             if total > ipu_core::target::TILE_MEM_SIZE as u64 {

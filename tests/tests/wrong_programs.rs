@@ -1,0 +1,123 @@
+//! Regression tests for programs the compiler built wrong, or refused, on graphs that are not the
+//! examples (issue "No wrong programs"). Each case failed on the landed main before its fix:
+//! - P·V with `accumulate = "f32"` and an f16 result inside a row chain wrote f32 blocks past an
+//!   f16-sized buffer (the softmax result it read was corrupted: `Y[0,0] device=NaN`);
+//! - a model with a param or an input that no op reads built, then `run` refused its package;
+//! - a softmax of anything but a matmul result (a masked softmax: add, then softmax) was refused;
+//! - an f16 result of f32 partial sums feeding a softmax was refused ("in a chain");
+//! - a matmul reading a tensor made on the chip with `transpose_b` was refused.
+//!
+//! Every case is checked bit-exact against the device-precision reference, within the f64 bound,
+//! with the cost model's prediction equal to the simulated cycles within 1%.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The encoder block example with its param files named by absolute path, edited by `edit`.
+fn encoder_block(edit: impl Fn(String) -> String) -> String {
+    let dir = repo().join("examples/encoder_block");
+    let src = std::fs::read_to_string(dir.join("encoder_block.toml")).expect("example");
+    edit(src.replace("file = \"", &format!("file = \"{}/", dir.display())))
+}
+
+/// Build and run `src` on each tile count: PASS bit-exact, f64 within bound, cost within 1%.
+fn passes(src: &str, tiles: &[usize]) {
+    for &t in tiles {
+        let (out, pkg) = common::build_and_run(src, t, None, 7, 1);
+        assert!(out.max_abs_error_f64 <= out.bound_f64, "{t} tiles: {out:?}");
+        assert!(out.non_finite_outputs.values().all(|&n| n == 0), "{t} tiles: {out:?}");
+        let (sim, pred) = (out.cycles[0], pkg.plan.predicted_cycles);
+        assert!(sim.abs_diff(pred) * 100 <= sim, "{t} tiles: simulated {sim} predicted {pred}");
+    }
+}
+
+/// The op block of `op = "matmul"` whose `a` is `a`, with `from` replaced by `to`.
+fn edit_matmul(src: &str, a: &str, from: &str, to: &str) -> String {
+    let at = src.find(&format!("op = \"matmul\"\na = \"{a}\"")).expect("matmul");
+    let end = at + src[at..].find("[[ops]]").unwrap_or(src.len() - at);
+    let block = src[at..end].replacen(from, to, 1);
+    assert_ne!(block, src[at..end], "the edit applies");
+    format!("{}{}{}", &src[..at], block, &src[end..])
+}
+
+#[test]
+fn chain_matmul_with_f32_partials_and_f16_result_is_exact() {
+    let src = encoder_block(|s| edit_matmul(&s, "P", "accumulate = \"f16\"", "accumulate = \"f32\""));
+    passes(&src, &[8, 64]);
+}
+
+#[test]
+fn unread_params_and_inputs_are_not_placed_and_the_package_runs() {
+    let dir = repo().join("examples/mlp");
+    let src = std::fs::read_to_string(dir.join("mlp.toml")).unwrap().replace(
+        "[params.b1]",
+        &format!(
+            "[inputs.Unread]\ndtype = \"f16\"\nshape = [3, 5]\n\n[params.unread]\ndtype = \"f16\"\nshape = [384]\n\
+             file = \"{0}/b1.npy\"\n\n[params.b1]",
+            dir.display()
+        ),
+    );
+    let src = src.replace("file = \"w1.npy\"", &format!("file = \"{}/w1.npy\"", dir.display()));
+    let src = src.replace("file = \"b1.npy\"", &format!("file = \"{}/b1.npy\"", dir.display()));
+    passes(&src, &[1, 8]);
+}
+
+/// Attention over 3 heads of 37 tokens: `S = Q·K` (f32 partial sums, f16 result), optionally
+/// `+ M` (an additive mask), softmax, `O = P·V` (f32 partial sums, f16 result).
+fn attention(mask: bool) -> String {
+    let input = |n: &str, s: &str| format!("[inputs.{n}]\ndtype = \"f16\"\nshape = {s}\n");
+    let mm = |a: &str, b: &str, o: &str| {
+        format!("[[ops]]\nop = \"matmul\"\na = \"{a}\"\nb = \"{b}\"\noutput = \"{o}\"\ndtype = \"f16\"\naccumulate = \"f32\"\n")
+    };
+    let s_in = if mask { "Sm" } else { "S" };
+    let mut t = String::from("name = \"att\"\noutputs = [\"O\", \"P\"]\n");
+    t += &input("Q", "[3, 37, 24]");
+    t += &input("K", "[3, 24, 37]");
+    t += &input("V", "[3, 37, 20]");
+    if mask {
+        t += &input("M", "[37, 37]");
+    }
+    t += &mm("Q", "K", "S");
+    if mask {
+        t += "[[ops]]\nop = \"add\"\na = \"S\"\nb = \"M\"\noutput = \"Sm\"\ndtype = \"f16\"\n";
+    }
+    t += &format!("[[ops]]\nop = \"softmax\"\ninput = \"{s_in}\"\noutput = \"P\"\ndtype = \"f16\"\n");
+    t += &mm("P", "V", "O");
+    t
+}
+
+#[test]
+fn softmax_of_a_masked_score_is_exact() {
+    passes(&attention(true), &[3, 7, 64]);
+}
+
+#[test]
+fn softmax_of_an_f16_result_of_f32_partial_sums_is_exact() {
+    passes(&attention(false), &[3, 7, 64]);
+}
+
+#[test]
+fn a_chip_made_tensor_read_transposed_gets_a_transpose() {
+    // Kᵀ as `transpose_b` of the heads' K instead of the example's explicit `transpose` op: FP8
+    // (the transpose goes before the cast) and f16 (before the matmul).
+    let drop_kt = |s: String| {
+        let at = s.find("[[ops]]\nop = \"transpose\"\ninput = \"k_h\"").expect("k_t op");
+        let end = at + 7 + s[at + 7..].find("[[ops]]").unwrap();
+        format!("{}{}", &s[..at], &s[end..]).replace("input = \"k_t\"", "input = \"k_h\"")
+    };
+    let fp8 = encoder_block(|s| drop_kt(s).replace("b = \"k8\"\n", "b = \"k8\"\ntranspose_b = true\n"));
+    passes(&fp8, &[8, 64]);
+    let f16 = encoder_block(|s| {
+        let s = drop_kt(s);
+        let cast_q = s.find("[[ops]]\nop = \"cast\"\ninput = \"q_h\"").unwrap();
+        let qk = s.find("[[ops]]\nop = \"matmul\"\na = \"q8\"").unwrap();
+        format!("{}{}", &s[..cast_q], &s[qk..])
+            .replace("a = \"q8\"\nb = \"k8\"\n", "a = \"q_h\"\nb = \"k_h\"\ntranspose_b = true\n")
+    });
+    passes(&f16, &[8, 64]);
+}
