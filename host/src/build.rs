@@ -33,6 +33,11 @@ pub struct BuildOptions {
     pub side_cast: Option<SideCast>,
     /// Force the column groups of a row chain's final matmul; `None`: the search chooses.
     pub column_groups: Option<u32>,
+    /// Emit runs of kernel launches as supervisor loops (`ipu_runtime_tile::launch_loop`); off,
+    /// as straight-line code — the same cycles, more code (for tests that compare the two).
+    pub launch_loops: bool,
+    /// Write each distinct tile program's assembly to this directory as `tile{N}.s`.
+    pub emit_asm: Option<std::path::PathBuf>,
 }
 
 impl BuildOptions {
@@ -47,6 +52,8 @@ impl BuildOptions {
             profile: false,
             side_cast: None,
             column_groups: None,
+            launch_loops: true,
+            emit_asm: None,
         }
     }
 }
@@ -112,7 +119,10 @@ fn link_error_message(
 /// The phases that take most of a tile's code (bytes shared out by their lines of code; the
 /// supervisor code is straight-line, one sequence per kernel launch and exchange event).
 fn code_by_phase(plan: &plan::Plan, tile: u16, bytes: u32) -> String {
-    let Some(t) = plan.tiles.get(tile as usize) else { return String::new() };
+    if tile as usize >= plan.tiles.len() {
+        return String::new();
+    }
+    let t = &plan.tiles[tile as usize];
     let mut parts = ipu_runtime_tile::runtime::phase_code_lines(t);
     let total: usize = parts.iter().map(|p| p.1).sum();
     if total == 0 {
@@ -306,40 +316,60 @@ pub fn build_model(
     if plan.cleared_bytes > 0 {
         info!(bytes = plan.cleared_bytes, "tiles reuse memory; reused buffers are cleared each run");
     }
+    // Code is emitted once per distinct program (tiles that share one share its code), and
+    // linked once per distinct code and buffers (all idle tiles, for one).
+    let class_of = plan.tiles.class_of();
     let codes: Vec<String> = phase("emit_tile_code", &mut timings, || {
-        pool.install(|| plan.tiles.par_iter().map(ipu_runtime_tile::runtime::tile_code).collect())
+        let distinct = plan.tiles.distinct();
+        let loops = opts.launch_loops;
+        pool.install(|| {
+            distinct.par_iter().map(|(_, p)| ipu_runtime_tile::runtime::tile_code_with(p, loops)).collect()
+        })
     });
-    // Identical tiles (all idle tiles, for one) are linked once.
+    if let Some(dir) = &opts.emit_asm {
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            for ((t, _), code) in plan.tiles.distinct().iter().zip(&codes) {
+                std::fs::write(dir.join(format!("tile{t}.s")), code)?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| BuildError::Options(format!("--emit-asm {}: {e}", dir.display())))?;
+    }
     let linked: Vec<Linked> =
         phase("build_tile_images", &mut timings, || -> Result<Vec<Linked>, LinkError> {
+            let distinct = plan.tiles.distinct();
             // Keyed by the code itself (borrowed: at SigLIP scale the codes are hundreds of MB).
             let mut first: BTreeMap<(&str, &[ipu_core::plan::Buffer]), usize> = BTreeMap::new();
             let mut unique = Vec::new();
             let mut index = Vec::with_capacity(codes.len());
-            for (t, code) in codes.iter().enumerate() {
-                let key = (code.as_str(), plan.tiles[t].buffers.as_slice());
+            for (c, code) in codes.iter().enumerate() {
+                let key = (code.as_str(), distinct[c].1.buffers.as_slice());
                 let u = *first.entry(key).or_insert_with(|| {
-                    unique.push(t);
+                    unique.push(c);
                     unique.len() - 1
                 });
                 index.push(u);
             }
-            info!(tiles = codes.len(), unique = unique.len(), "linking distinct tile programs");
+            info!(
+                tiles = class_of.len(),
+                programs = codes.len(),
+                unique = unique.len(),
+                "linking distinct tile programs"
+            );
             let done: Vec<Result<Linked, LinkError>> = pool.install(|| {
-                unique.par_iter().map(|&t| link(t as u16, &codes[t], &plan.tiles[t].buffers)).collect()
+                unique
+                    .par_iter()
+                    .map(|&c| link(distinct[c].0 as u16, &codes[c], &distinct[c].1.buffers))
+                    .collect()
             });
-            let mut done: Vec<Option<Linked>> =
-                done.into_iter().map(|r| r.map(Some)).collect::<Result<_, _>>()?;
-            // A unique image is moved to the last tile that uses it, copied to the others.
-            let mut last = vec![0; done.len()];
-            for (t, &u) in index.iter().enumerate() {
-                last[u] = t;
-            }
-            Ok((0..codes.len())
-                .map(|t| {
-                    let u = index[t];
-                    let mut l = if last[u] == t { done[u].take() } else { done[u].clone() }
-                        .expect("a unique image is taken only by its last tile");
+            let done: Vec<Linked> = done.into_iter().collect::<Result<_, _>>()?;
+            // Each tile gets its program's image (the segments are shared, not copied).
+            Ok(class_of
+                .iter()
+                .enumerate()
+                .map(|(t, &c)| {
+                    let mut l = done[index[c]].clone();
                     l.image.tile = t as u16;
                     l
                 })

@@ -125,6 +125,10 @@ enum Cmd {
         /// Force the column groups of a row chain's final matmul instead of searching (docs/search.md).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         column_groups: Option<u32>,
+        /// Write the supervisor assembly of each distinct tile program to DIR/tile{N}.s, N the
+        /// first tile that runs it (what `ipu-codegen asm` assembles).
+        #[arg(long, value_name = "DIR")]
+        emit_asm: Option<PathBuf>,
     },
     /// Show where the cycles of a profile go, as tables.
     #[command(
@@ -540,6 +544,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             profile,
             side_cast,
             column_groups,
+            emit_asm,
         } => {
             let bytes = std::fs::read(&model).map_err(|e| bad(format!("{}: {e}", model.display())))?;
             // Content decides; a file named .onnx that is not one gets the ONNX reader's message.
@@ -620,6 +625,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 profile,
                 side_cast,
                 column_groups,
+                launch_loops: true,
+                emit_asm,
             };
             // Planner messages point at a line of the model text: for an import, the text
             // `--emit-model` writes.

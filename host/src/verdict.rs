@@ -165,7 +165,11 @@ pub fn check(
         c.max_bound_f64 = c.max_bound_f64.max(b);
         let ratio = if err == 0.0 { 0.0 } else { err / b };
         c.worst_ratio_f64 = c.worst_ratio_f64.max(ratio);
-        if err > b || err.is_nan() {
+        // A device NaN or infinity where the f64 value is finite is an infinite error that no bound
+        // covers, and a bound that is NaN covers no error; an element equal to its f64 value (NaN
+        // to NaN included) has none to cover (docs/reliability.md "The verdict").
+        let unbounded = (!d.is_finite() && e.is_finite()) || (b.is_nan() && err != 0.0);
+        if err > b || err.is_nan() || unbounded {
             c.over_bound += 1;
             if c.first_mismatch.is_none() {
                 c.first_mismatch =
@@ -226,6 +230,24 @@ mod tests {
         let c = run(&[-0.0], &[0.0], &[0.0], &[0.0]);
         assert_eq!(c.mismatches, 1);
         assert_eq!(c.over_bound, 0, "but no error against f64");
+    }
+
+    /// An infinite or NaN bound does not excuse a device NaN or infinity where the f64 value is
+    /// finite (fuzz finding F11), and a NaN bound covers no error (F10).
+    #[test]
+    fn non_finite_device_values_fail_against_finite_f64_whatever_the_bound() {
+        let (inf, nan) = (f32::INFINITY, f32::NAN);
+        let c = run(&[inf, nan], &[inf, nan], &[1e30, 2.0], &[f64::INFINITY, f64::INFINITY]);
+        assert!(!c.passed());
+        assert_eq!((c.mismatches, c.over_bound, c.non_finite), (0, 2, 2));
+        let c = run(&[1.0], &[1.0], &[1.5], &[f64::NAN]);
+        assert_eq!(c.over_bound, 1, "a NaN bound covers no error");
+        // An element equal to its f64 value has no error to cover, whatever its bound.
+        let c = run(&[1.0, nan], &[1.0, nan], &[1.0, f64::NAN], &[f64::NAN, f64::NAN]);
+        assert!(c.passed(), "{c:?}");
+        // A NaN where the f64 value is NaN too (a function outside its domain) is no error.
+        let c = run(&[nan], &[nan], &[f64::NAN], &[0.0]);
+        assert!(c.passed(), "{c:?}");
     }
 
     #[test]

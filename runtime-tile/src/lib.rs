@@ -6,6 +6,7 @@ extern crate alloc;
 
 pub mod asm;
 pub mod kernels;
+pub mod launch_loop;
 pub mod layernorm;
 pub mod map;
 pub mod runtime;

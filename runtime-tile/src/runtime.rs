@@ -109,18 +109,7 @@ fn step_code(s: &mut String, steps: &[Step], i: usize) {
                 let _ = write!(s, "    setzi $m0, {}\n    setzi $m1, {desc}\n", crate::kernels::label(*k));
             }
             s.push_str("    runall $m0, $m1\n");
-            if sets_up_next_launch(steps, i) {
-                if let (Step::LoadWeights(buf, off, _), Step::RunAll(k2, desc2, _)) =
-                    (&steps[i + 1], &steps[i + 2])
-                {
-                    let _ = write!(
-                        s,
-                        "    setzi $m2, {buf}+{off}\n    setzi $m0, {}\n    setzi $m1, {desc2}\n",
-                        crate::kernels::label(*k2)
-                    );
-                }
-            }
-            s.push_str("    sync 2\n");
+            after_launch(s, steps, i);
         }
         Step::Sync => s.push_str("    sync 3\n"),
         Step::SetCsr(c, v) => {
@@ -130,6 +119,21 @@ fn step_code(s: &mut String, steps: &[Step], i: usize) {
         Step::Phase(_) => {}
         Step::Stamp(n) => stamp(s, *n),
     }
+}
+
+/// What follows launch `steps[i]`'s `runall`: the next launch's set-up when this one sets it up
+/// (`cost::sets_up_next_launch`), then the wait for the workers.
+fn after_launch(s: &mut String, steps: &[Step], i: usize) {
+    if ipu_core::plan::cost::sets_up_next_launch(steps, i) {
+        if let (Step::LoadWeights(buf, off, _), Step::RunAll(k2, desc2, _)) = (&steps[i + 1], &steps[i + 2]) {
+            let _ = write!(
+                s,
+                "    setzi $m2, {buf}+{off}\n    setzi $m0, {}\n    setzi $m1, {desc2}\n",
+                crate::kernels::label(*k2)
+            );
+        }
+    }
+    s.push_str("    sync 2\n");
 }
 
 /// Lines of supervisor code each phase of a tile's steps takes (phases in order of first
@@ -168,8 +172,15 @@ pub mod code_kind {
 }
 
 /// The complete code text of one tile (symbols of its buffers are defined by the linker), its
-/// parts marked by kind (`.kind`, [`code_kind`]).
+/// parts marked by kind (`.kind`, [`code_kind`]); runs of launches as loops
+/// ([`crate::launch_loop`]).
 pub fn tile_code(plan: &TilePlan) -> String {
+    tile_code_with(plan, true)
+}
+
+/// [`tile_code`], with runs of launches as loops or (`loops` false) as straight-line code: the
+/// same cycles either way (`tests/tests/launch_loops.rs`).
+pub fn tile_code_with(plan: &TilePlan, loops: bool) -> String {
     let mut s = String::new();
     s.push_str(".equ mailbox, 0xe7b00\n.kind 0\nmain:\n    sync 15\ncmd:\n");
     if plan.steps.iter().any(|s| matches!(s, Step::Stamp(_))) {
@@ -181,18 +192,29 @@ pub fn tile_code(plan: &TilePlan) -> String {
         "    setzi $m1, mailbox\n    ld32 $m2, $m1, $m15, 0\n    brnz $m2, stop\n    \
          call $m10, phases\n    sync 15\n    bri cmd\nstop:\n    halt\nphases:\n",
     );
-    let mut kernels = BTreeSet::new();
+    // Every kernel a launch names, loops included.
+    let kernels: BTreeSet<_> =
+        plan.steps.iter().filter_map(|s| if let Step::RunAll(k, ..) = s { Some(*k) } else { None }).collect();
     let mut kind = code_kind::RUNTIME;
-    for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::RunAll(k, ..) = step {
-            kernels.insert(*k);
-        }
+    let mut i = 0;
+    let mut runs = 0;
+    while i < plan.steps.len() {
+        let step = &plan.steps[i];
         let k = if matches!(step, Step::Exchange(_)) { code_kind::EXCHANGE } else { code_kind::LAUNCHES };
         if k != kind && !matches!(step, Step::Phase(_)) {
             let _ = writeln!(s, ".kind {k}");
             kind = k;
         }
+        if let Some(run) = crate::launch_loop::find(&plan.steps, i).filter(|_| loops) {
+            crate::launch_loop::code(&mut s, &plan.steps, run, &alloc::format!("launches{runs}"));
+            let last = run.at + 2 * run.n - 1;
+            after_launch(&mut s, &plan.steps, last);
+            runs += 1;
+            i = last + 1;
+            continue;
+        }
         step_code(&mut s, &plan.steps, i);
+        i += 1;
     }
     let _ = writeln!(s, ".kind {}\n    br $m10\n.kind {}", code_kind::RUNTIME, code_kind::KERNELS);
     for k in kernels {

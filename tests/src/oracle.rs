@@ -8,7 +8,10 @@
 //! path, which rounds nowhere, stays finite — `run` then says FAIL. [`Outcome::Overflow`] is that
 //! case, and only that: bit-exact against the device-precision reference, and every element over
 //! its f64 bound non-finite (re-checked element by element here from the saved inputs and outputs,
-//! so that a wrong finite value cannot hide behind a NaN).
+//! so that a wrong finite value cannot hide behind a NaN). [`Outcome::Domain`] is its twin: a
+//! function evaluated at the edge of its domain (`pow` or `log` of a value near 0 that is negative
+//! in f64 and not on the device) gives a finite device value where f64 has none, so `run` says
+//! FAIL; every other element is checked as for an overflow.
 
 use crate::graphgen::GraphSpec;
 use ipu_host::build::{build, BuildError, BuildOptions};
@@ -43,6 +46,9 @@ pub enum Outcome {
     Pass,
     /// Non-finite values (overflow) reported by the verdict consistently with the reference.
     Overflow,
+    /// A finite device value whose f64 value is NaN (a function at the edge of its domain),
+    /// reported by the verdict; every other element within its bound.
+    Domain,
     /// Refused at build: the normalised reason (the op kind and why) and the message.
     Refused {
         /// Normalised reason.
@@ -60,6 +66,7 @@ impl Outcome {
         match self {
             Outcome::Pass => "pass",
             Outcome::Overflow => "overflow-reported",
+            Outcome::Domain => "domain-reported",
             Outcome::Refused { .. } => "refused",
             Outcome::Bug(f) => f.class,
         }
@@ -289,6 +296,7 @@ fn check_inner(file: &Path, text: &str, tiles: usize, seed: u64, limits: Limits)
             key: "f64".into(),
             message: format!("bit-exact, but a finite element exceeds its f64 bound: {e}; first: {first}"),
         }),
+        (false, Look { domain: Some(_), .. }) => Outcome::Domain,
         (false, _) => Outcome::Overflow,
     }
 }
@@ -299,6 +307,8 @@ struct Look {
     finite_over: Option<String>,
     /// A non-finite device element whose f64 value is finite.
     nan_vs_finite: Option<String>,
+    /// A finite device element whose f64 value is NaN.
+    domain: Option<String>,
 }
 
 /// Re-evaluate the reference on the saved inputs and the package's params, and check the saved
@@ -312,13 +322,20 @@ fn look(pkg: &ipu_host::package::Package, dir: &Path) -> Result<Look, String> {
         sources.insert(b.name.clone(), ipu_host::npy::read(&dir.join("in").join(format!("{}.npy", b.name)))?);
     }
     let ev = ipu_host::reference::evaluate(&graph, &sources, &pkg.plan.grids, &pkg.plan.alpha_on_a)?;
-    let mut found = Look { finite_over: None, nan_vs_finite: None };
+    let mut found = Look { finite_over: None, nan_vs_finite: None, domain: None };
     for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Output) {
         let got: HostTensor = ipu_host::npy::read(&dir.join("out").join(format!("{}.npy", b.name)))?;
         let (want, exact) = (&ev.device[&b.name], &ev.exact[&b.name]);
         let dv = verdict::Values { dtype: b.dtype, scale: b.scale, data: &got.data };
         let (keep, odd): (Vec<usize>, Vec<usize>) =
             (0..got.data.len()).partition(|&i| verdict::real(&dv, i).is_finite());
+        // A finite device value where f64 has none: the f64 path left the function's domain.
+        let (keep, outside): (Vec<usize>, Vec<usize>) = keep.into_iter().partition(|&i| !exact[i].is_nan());
+        if let Some(&i) = outside.first() {
+            let at = verdict::multi_index(&b.shape, i as u64);
+            let e = format!("`{}`{at:?} is {} on the device, NaN in f64", b.name, verdict::real(&dv, i));
+            found.domain.get_or_insert(e);
+        }
         if let Some(&i) = odd.iter().find(|&&i| exact[i].is_finite()) {
             let at = verdict::multi_index(&b.shape, i as u64);
             let e =

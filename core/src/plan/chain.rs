@@ -325,7 +325,14 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             });
         }
     }
-    let mut plans = vec![TilePlan::default(); opts.tiles];
+    // Tiles whose rows are as many plan the same program (the host writes each its own rows):
+    // each class is planned once (`Tiles::shared`). Class 0 is the idle tiles' empty program.
+    // With distributed side casts every tile casts and sends its own share: no sharing then.
+    let mut classes: Vec<TilePlan> = vec![TilePlan::default()];
+    let mut class_of: Vec<usize> = vec![0; opts.tiles];
+    // Rows → (class, the step index of the gather, rows of eliminated padding clears).
+    let mut memo: BTreeMap<u64, (usize, Option<usize>, u64)> = BTreeMap::new();
+    let shareable = opts.side_cast == SideCast::Replicated;
     // Per batch group, the pieces each tile contributes to the side-operand all-gather, and per
     // tile the step index where the exchange goes.
     let mut pieces: Vec<Vec<Piece>> = vec![Vec::new(); nbatch as usize];
@@ -340,7 +347,21 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             let (m0, m1) = split(m, used_per_batch, i);
             let rows = m1 - m0;
             let wr: Vec<(u64, u64)> = (0..WORKERS as u64).map(|w| split(rows, WORKERS as u64, w)).collect();
-            let p = &mut plans[tile];
+            let hit = memo.get(&rows).copied().filter(|_| shareable);
+            // A tile of a class already planned still gives its slices; its buffers go to a
+            // scratch program (they are the class's).
+            let mut scratch = TilePlan::default();
+            let p = match hit {
+                Some((class, ..)) => {
+                    class_of[tile] = class;
+                    &mut scratch
+                }
+                None => {
+                    classes.push(TilePlan::default());
+                    class_of[tile] = classes.len() - 1;
+                    classes.last_mut().expect("just pushed")
+                }
+            };
             // Row tensor buffers and bindings of inputs / outputs.
             for &t in &rows_t {
                 let c = cols(t);
@@ -464,6 +485,12 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     }
                 }
             }
+            if let Some((_, at, eliminated)) = hit {
+                gather_at.extend(at);
+                eliminated_clears += eliminated;
+                continue;
+            }
+            let (gathers_before, eliminated_before) = (gather_at.len(), eliminated_clears);
             // Side casts first: each casts its share (all blocks unless distributed before the
             // exchange); the all-gather goes before (cast after) or after (cast before) the casts.
             if opts.side_cast == SideCast::AfterExchange {
@@ -752,8 +779,11 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
             super::merge_descriptors(p, "T");
             p.steps.shrink_to_fit();
             p.buffers.shrink_to_fit();
+            let at = gather_at.get(gathers_before).copied();
+            memo.insert(rows, (class_of[tile], at, eliminated_clears - eliminated_before));
         }
     }
+    let mut plans = super::Tiles::shared(classes, &class_of);
     // The all-gather of distributed side casts: one exchange superstep on every tile.
     let mut horizons = Vec::new();
     let groups: Vec<(Vec<u16>, Vec<Piece>)> = pieces

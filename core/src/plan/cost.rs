@@ -1,7 +1,7 @@
 //! The cost model: predicted cycles of a `run` call from the target model (docs/target.md §3–§6)
 //! and the kernels' instruction counts (`ipu-runtime-tile`, docs/kernels.md).
 
-use super::{Issues, Kernel, Step, TilePlan};
+use super::{Issues, Kernel, Step};
 use crate::target::{BARREL_SLOTS, SYNC_CYCLES};
 
 /// Predicted cycles.
@@ -303,16 +303,18 @@ pub const STAMPS_PER_BASE: u32 = 4096;
 
 /// Predict a `run` call from the steps (`RunAll` carries its slowest worker's issues) and the
 /// horizon of each exchange superstep.
-pub fn predict(tiles: &[TilePlan], exchange_horizon: &[u64]) -> Cost {
-    // Split each tile's steps into supersteps at Sync/Exchange; time per superstep per tile.
-    let supersteps = tiles
+pub fn predict(tiles: &super::Tiles, exchange_horizon: &[u64]) -> Cost {
+    // Split each tile's steps into supersteps at Sync/Exchange; time per superstep per tile, each
+    // distinct program once (tiles that share a program take the same time).
+    let distinct = tiles.distinct();
+    let supersteps = distinct
         .first()
-        .map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
+        .map(|(_, t)| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
         .unwrap_or(0)
         + 1;
     let mut longest = alloc::vec![0u64; supersteps];
     let mut is_exchange = alloc::vec![false; supersteps];
-    for t in tiles {
+    for (_, t) in distinct {
         let mut ss = 0;
         let profiled = t.steps.iter().any(|s| matches!(s, Step::Stamp(_)));
         // The profiled runtime stamps the host-sync release: setzi of the base, get, st32.

@@ -710,6 +710,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
         };
         p.launch(phase, kernel, name, words, issues);
     }
+    let plans = super::Tiles::from(plans);
     let cost = cost::predict(&plans, &horizons);
     let bind = |t: TensorId, d, tr, s| BindingPlan { tensor: t, direction: d, transpose: tr, slices: s };
     Ok(Plan {

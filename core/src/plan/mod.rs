@@ -23,6 +23,7 @@ pub mod scatter;
 pub mod search;
 pub mod stages;
 pub mod tail;
+pub mod tiles;
 pub mod transpose;
 
 use alloc::string::String;
@@ -31,6 +32,7 @@ use ipu_schema::{DType, Direction};
 
 use crate::graph::{BinaryOp, Graph, OpKind, TensorId};
 pub use init::Init;
+pub use tiles::Tiles;
 
 /// What a buffer holds, for the memory report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -247,7 +249,7 @@ pub enum Step {
     LoadWeights(Sym, u32, CweiLoad),
     /// Start six workers on a kernel with a descriptor table and wait for them; what the
     /// slowest workers issue is the cost model's input.
-    RunAll(Kernel, Sym, Issues),
+    RunAll(Kernel, Desc, Issues),
     /// An internal sync (every tile has the same number).
     Sync,
     /// Timed exchange code, then an internal sync.
@@ -258,6 +260,44 @@ pub enum Step {
     Phase(Sym),
     /// Store the cycle counter as profile stamp `n` (only in profiled plans, `profile.rs`).
     Stamp(u32),
+}
+
+/// Where a launch's descriptor table is: a buffer and a byte offset in it (a tile's tables are
+/// merged into one buffer, `merge_descriptors`, so a launch names its place in it by number).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Desc {
+    /// The buffer.
+    pub table: Sym,
+    /// Byte offset of the launch's table in it.
+    pub offset: u32,
+}
+
+impl From<Sym> for Desc {
+    fn from(table: Sym) -> Self {
+        Desc { table, offset: 0 }
+    }
+}
+
+impl From<&str> for Desc {
+    fn from(table: &str) -> Self {
+        Desc { table: table.into(), offset: 0 }
+    }
+}
+
+impl From<alloc::string::String> for Desc {
+    fn from(table: alloc::string::String) -> Self {
+        Desc { table: table.into(), offset: 0 }
+    }
+}
+
+impl core::fmt::Display for Desc {
+    /// As the assembler reads it: `table+offset` (`table` at offset 0).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.offset {
+            0 => write!(f, "{}", self.table),
+            o => write!(f, "{}+{o}", self.table),
+        }
+    }
 }
 
 /// One tile's program.
@@ -295,7 +335,7 @@ impl TilePlan {
             init: words.into(),
             live: Live::ALWAYS,
         });
-        self.steps.push(Step::RunAll(kernel, name, issues.into()));
+        self.steps.push(Step::RunAll(kernel, name.into(), issues.into()));
     }
 }
 
@@ -336,8 +376,8 @@ pub struct BindingPlan {
 /// The whole plan.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// One per tile of the target.
-    pub tiles: Vec<TilePlan>,
+    /// One program per tile of the target (tiles with the same program share it).
+    pub tiles: Tiles,
     /// Bindings.
     pub bindings: Vec<BindingPlan>,
     /// Predicted cycles of a `run` call.
@@ -373,6 +413,7 @@ impl Plan {
         mapping: String,
         grids: Vec<[u32; 3]>,
     ) -> Plan {
+        let tiles = Tiles::from(tiles);
         Plan {
             cost: cost::predict(&tiles, &[]),
             tiles,
@@ -391,7 +432,8 @@ impl Plan {
     /// Supersteps of the `run` call: internal syncs + 1.
     pub fn phases(&self) -> u32 {
         self.tiles
-            .first()
+            .iter()
+            .next()
             .map(|t| t.steps.iter().filter(|s| matches!(s, Step::Sync | Step::Exchange(_))).count())
             .unwrap_or(0) as u32
             + 1
@@ -581,10 +623,11 @@ pub fn plan_with_grids(
         plan.profile = Some(profile::instrument(&mut plan.tiles));
         plan.cost = cost::predict(&plan.tiles, &plan.horizons);
     }
-    for (t, tile) in plan.tiles.iter_mut().enumerate() {
+    // Once per distinct program: tiles that share one share the result.
+    plan.tiles.for_each_distinct(|tiles, tile| {
         merge_descriptors(tile, "D");
-        check_memory(graph, t as u16, tile)?;
-    }
+        check_memory(graph, tiles[0] as u16, tile)
+    })?;
     Ok(plan)
 }
 
@@ -604,7 +647,7 @@ pub fn figures(
             Ok(p) => {
                 // Descriptor tables are not merged into `D` first: merging pads each table to
                 // 16 bytes, as placing it alone does, so the peak is the same.
-                for (t, tile) in p.tiles.iter().enumerate() {
+                for (t, tile) in p.tiles.distinct() {
                     check_memory(graph, t as u16, tile)?;
                 }
                 return Ok((p.cost, p.exchange_bytes));
@@ -658,7 +701,7 @@ fn name_hash(name: &str) -> u64 {
 ///
 /// A planner may merge each tile as soon as it is made (the row chain does: at SigLIP scale the
 /// per-launch tables of all tiles were 300 MB at the build's peak); the final merge into `D` then
-/// takes those tables, renamed by their stage, whole, and maps a step's `T+offset` through them.
+/// takes those tables, renamed by their stage, whole, and adds their base to a step's offset.
 pub(crate) fn merge_descriptors(tile: &mut TilePlan, table: &str) {
     let mut words = Init::new();
     // Old name → byte offset in `D`: looked up once per launch and per name a table uses (a tile
@@ -691,17 +734,11 @@ pub(crate) fn merge_descriptors(tile: &mut TilePlan, table: &str) {
         let first = base.partition_point(|e| e.0 < h);
         base[first..].iter().take_while(|e| e.0 == h).find(|e| e.1 == name).map(|e| e.2)
     };
-    // A step names a table, or a place in a table merged before (`T+offset`).
-    let place = |desc: &str| -> Option<u32> {
-        offset(desc).or_else(|| {
-            let (name, extra) = desc.rsplit_once('+')?;
-            Some(offset(name)? + extra.parse::<u32>().ok()?)
-        })
-    };
+    // A step names a place in a table: in the merged table it is that table's base further.
     for step in tile.steps.iter_mut() {
         if let Step::RunAll(_, desc, ..) = step {
-            if let Some(off) = place(desc.as_str()) {
-                *desc = smol_str::format_smolstr!("{table}+{off}");
+            if let Some(base) = offset(desc.table.as_str()) {
+                *desc = Desc { table: table.into(), offset: base + desc.offset };
             }
         }
     }
@@ -891,21 +928,27 @@ fn plan_matmul(
             })?;
             // The matmul planner names its phases generically; give them the op's name.
             let named = op_phase(graph, 0);
-            for step in plan.tiles.iter_mut().flat_map(|t| t.steps.iter_mut()) {
-                if let Step::Phase(p) = step {
-                    *p = match p.as_str() {
-                        "reduce" | "scale" | "convert" => {
-                            smol_str::format_smolstr!("{p} {}", graph.tensor(op.output).name)
+            plan.tiles
+                .for_each_distinct(|_, t| {
+                    for step in t.steps.iter_mut() {
+                        if let Step::Phase(p) = step {
+                            *p = match p.as_str() {
+                                "reduce" | "scale" | "convert" => {
+                                    smol_str::format_smolstr!("{p} {}", graph.tensor(op.output).name)
+                                }
+                                "bias" => op_phase(graph, 1),
+                                "residual" => op_phase(
+                                    graph,
+                                    if epilogue.is_some_and(|e| e.bias.is_some()) { 2 } else { 1 },
+                                ),
+                                "gelu" => op_phase(graph, graph.ops.len() - 1),
+                                _ => named.clone(),
+                            };
                         }
-                        "bias" => op_phase(graph, 1),
-                        "residual" => {
-                            op_phase(graph, if epilogue.is_some_and(|e| e.bias.is_some()) { 2 } else { 1 })
-                        }
-                        "gelu" => op_phase(graph, graph.ops.len() - 1),
-                        _ => named.clone(),
-                    };
-                }
-            }
+                    }
+                    Ok::<(), ()>(())
+                })
+                .expect("renaming cannot fail");
             Ok(plan)
         }
     }

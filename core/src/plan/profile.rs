@@ -10,7 +10,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use ipu_schema::{ProfilePlan, SampleKind, SamplePoint, TileSamples, NO_KERNEL};
 
-use super::{Buffer, Kernel, MemKind, Step, TilePlan};
+use super::{Buffer, Kernel, MemKind, Step};
 
 /// The profile plan of a plan, before linking gives the stamp buffers their addresses.
 pub type Samples = ProfilePlan;
@@ -25,7 +25,7 @@ pub const BUFFER: &str = "profile";
 pub const HOST_PHASE: &str = "dispatch+idle";
 
 /// Instrument every tile and return the profile plan (stamp buffers at address 0 until linked).
-pub fn instrument(tiles: &mut [TilePlan]) -> Samples {
+pub fn instrument(tiles: &mut super::Tiles) -> Samples {
     let mut phases = Names::default();
     let mut kernels = Names::default();
     phases.index(HOST_PHASE);

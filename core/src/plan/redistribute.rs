@@ -17,7 +17,7 @@ use alloc::vec::Vec;
 
 use super::exchange::Name;
 use super::scatter::{scatter, Multicast};
-use super::{cost, Buffer, Kernel, MemKind, SliceRef, Step, TilePlan, Word};
+use super::{cost, Buffer, Kernel, MemKind, SliceRef, Step, Word};
 
 /// Words moved from one place to another.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -453,7 +453,7 @@ pub(super) fn word_launch(
 /// Append a superstep to every tile's steps: `Phase`, `Sync`, the exchange, then local copies.
 /// Without exchange events there is no superstep: each tile copies its own bytes, which its own
 /// earlier steps made.
-pub fn append(tiles: &mut [TilePlan], s: Superstep, phase: &str, tag: &str) {
+pub fn append(tiles: &mut super::Tiles, s: Superstep, phase: &str, tag: &str) {
     for (t, p) in tiles.iter_mut().enumerate() {
         p.steps.push(Step::Phase(phase.into()));
         if !s.events.is_empty() {

@@ -9,9 +9,10 @@
 //!
 //! Memory: a buffer's bytes may be reused once its last reader has run (`liveness.rs`).
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use ipu_schema::{DType, Direction};
@@ -274,7 +275,7 @@ pub fn plan(
     mut whole: Option<Plan>,
 ) -> Result<Plan, (PlanError, bool)> {
     let mut merged = Plan {
-        tiles: vec![TilePlan::default(); opts.tiles],
+        tiles: super::Tiles::empty(opts.tiles),
         bindings: Vec::new(),
         cost: cost::Cost::default(),
         tiles_used: 0,
@@ -410,26 +411,57 @@ pub fn plan(
             );
         }
         let limit = super::BUFFER_BYTES;
-        for (t, mut tp) in p.tiles.into_iter().enumerate() {
-            let tile = t as u16;
-            liveness::assign(&mut tp.buffers, k, holds.get(&tile), &last, host.get(&tile));
-            // The peak at this stage's two positions, with every earlier buffer still live there
-            // (lifetimes are known when a buffer is made: its readers are in the graph).
-            for x in [2 * k as u32, 2 * k as u32 + 1] {
-                let (before, needed) =
-                    (liveness::live_bytes(&merged.tiles[t].buffers, x), liveness::live_bytes(&tp.buffers, x));
-                if before + needed > limit {
-                    let free = limit.saturating_sub(before);
-                    return Err((PlanError::NoRoom { tile, op: ops[0], needed, free }, false));
+        // Lifetimes depend on a tile only through which tensors its buffers hold and which the
+        // host binds: tiles that share a program and those get the same lifetimes keep sharing.
+        let arcs = p.tiles.into_arcs();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        {
+            type Key<'a> =
+                (*const TilePlan, Option<&'a BTreeMap<String, Vec<TensorId>>>, Option<&'a BTreeSet<String>>);
+            let mut group_of: BTreeMap<Key<'_>, usize> = BTreeMap::new();
+            for (t, tp) in arcs.iter().enumerate() {
+                let tile = t as u16;
+                let n = groups.len();
+                let g = *group_of.entry((Arc::as_ptr(tp), holds.get(&tile), host.get(&tile))).or_insert(n);
+                if g == n {
+                    groups.push(Vec::new());
                 }
+                groups[g].push(t);
             }
-            // The first stage's tile moves in whole: at SigLIP scale a copy is 160 MB more at the peak.
-            let into = &mut merged.tiles[t];
-            if into.buffers.is_empty() && into.steps.is_empty() {
-                *into = tp;
-            } else {
-                into.buffers.extend(tp.buffers);
-                into.steps.extend(tp.steps);
+        }
+        let mut arcs: Vec<Option<Arc<TilePlan>>> = arcs.into_iter().map(Some).collect();
+        for members in groups {
+            let first = members[0];
+            let tile = first as u16;
+            let mut tp = arcs[first].take().expect("each tile once");
+            for &t in &members[1..] {
+                arcs[t] = None;
+            }
+            let own = Arc::make_mut(&mut tp);
+            liveness::assign(&mut own.buffers, k, holds.get(&tile), &last, host.get(&tile));
+            for &t in &members {
+                let tile = t as u16;
+                // The peak at this stage's two positions, with every earlier buffer still live
+                // there (lifetimes are known when a buffer is made: its readers are in the graph).
+                for x in [2 * k as u32, 2 * k as u32 + 1] {
+                    let (before, needed) = (
+                        liveness::live_bytes(&merged.tiles[t].buffers, x),
+                        liveness::live_bytes(&tp.buffers, x),
+                    );
+                    if before + needed > limit {
+                        let free = limit.saturating_sub(before);
+                        return Err((PlanError::NoRoom { tile, op: ops[0], needed, free }, false));
+                    }
+                }
+                // The first stage's program moves in whole (shared by the tiles that share it): at
+                // SigLIP scale a copy per tile is 160 MB more at the peak.
+                if merged.tiles[t].buffers.is_empty() && merged.tiles[t].steps.is_empty() {
+                    merged.tiles.set_arc(t, tp.clone());
+                } else {
+                    let into = &mut merged.tiles[t];
+                    into.buffers.extend(tp.buffers.iter().cloned());
+                    into.steps.extend(tp.steps.iter().cloned());
+                }
             }
         }
         merged.horizons.extend(p.horizons);
@@ -502,9 +534,16 @@ pub fn plan(
         }
         redistribute::append(&mut merged.tiles, step, &format!("copy {}", copied.join(" ")), "yx_");
     }
-    for (tile, st) in merged.tiles.iter_mut().zip(&starts) {
-        merged.cleared_bytes += liveness::finish(tile, st, super::BUFFER_BYTES);
-    }
+    // Tiles that share a program share its stage starts too.
+    let mut cleared = 0;
+    merged
+        .tiles
+        .for_each_distinct(|tiles, tile| {
+            cleared += liveness::finish(tile, &starts[tiles[0]], super::BUFFER_BYTES) * tiles.len() as u64;
+            Ok::<(), ()>(())
+        })
+        .expect("finishing cannot fail");
+    merged.cleared_bytes += cleared;
     merged.cost = cost::predict(&merged.tiles, &merged.horizons);
     Ok(merged)
 }
@@ -518,7 +557,7 @@ fn unsupported(op: usize, why: String) -> (PlanError, bool) {
 /// bindings) so that stages never share a symbol.
 fn rename(p: &mut Plan, tag: &str) {
     let re = |s: &mut Sym| *s = smol_str::format_smolstr!("{tag}{s}");
-    for t in p.tiles.iter_mut() {
+    let renamed = p.tiles.for_each_distinct(|_, t| {
         // `Init::rename` formats each distinct name of a buffer once, not once per word.
         for b in t.buffers.iter_mut() {
             re(&mut b.name);
@@ -526,7 +565,8 @@ fn rename(p: &mut Plan, tag: &str) {
         }
         for step in t.steps.iter_mut() {
             match step {
-                Step::LoadWeights(s, ..) | Step::RunAll(_, s, _) => re(s),
+                Step::LoadWeights(s, ..) => re(s),
+                Step::RunAll(_, d, _) => re(&mut d.table),
                 Step::Exchange(evs) => {
                     for e in evs.iter_mut() {
                         if let Event::Pointer { buffer, .. } | Event::Send { buffer, .. } = e {
@@ -537,7 +577,9 @@ fn rename(p: &mut Plan, tag: &str) {
                 Step::Sync | Step::SetCsr(..) | Step::Phase(_) | Step::Stamp(_) => {}
             }
         }
-    }
+        Ok::<(), ()>(())
+    });
+    renamed.expect("renaming cannot fail");
     for b in p.bindings.iter_mut() {
         for s in b.slices.iter_mut() {
             s.buffer = smol_str::format_smolstr!("{tag}{}", s.buffer);

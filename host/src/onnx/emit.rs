@@ -110,6 +110,21 @@ impl Emit {
         self.ops.len() - 1
     }
 
+    /// Whether an op written so far reads tensor `t` (any field but its output names it).
+    pub fn reads(&self, t: &str) -> bool {
+        self.ops.iter().any(|(_, fields)| {
+            fields.iter().any(|(k, v)| k != "output" && matches!(v, Field::S(s) if s == t))
+        })
+    }
+
+    /// A numeric field of an emitted op, if it has one.
+    pub fn number(&self, op: usize, field: &str) -> Option<f64> {
+        self.ops[op].1.iter().find_map(|(k, v)| match v {
+            Field::F(x) if k == field => Some(*x),
+            _ => None,
+        })
+    }
+
     /// Set (or replace) a numeric field of an emitted op.
     pub fn set_number(&mut self, op: usize, field: &str, value: f64) {
         self.set_field(op, field, Field::F(value));

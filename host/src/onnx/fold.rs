@@ -88,9 +88,10 @@ pub fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
                 "Add" => p.wrapping_add(q),
                 "Sub" => p.wrapping_sub(q),
                 "Mul" => p.wrapping_mul(q),
-                "Div" | "Mod" if q == 0 => return Err(format!("{op} by zero")),
+                "Div" | "Mod" | "Fmod" if q == 0 => return Err(format!("{op} by zero")),
                 "Div" => p.wrapping_div(q),
                 "Mod" => p.wrapping_rem(q).wrapping_add(q).wrapping_rem(q),
+                "Fmod" => p.wrapping_rem(q),
                 "Equal" => (p == q) as i64,
                 "Less" => (p < q) as i64,
                 "Greater" => (p > q) as i64,
@@ -113,7 +114,8 @@ pub fn binary(op: &str, a: &Const, b: &Const) -> Result<Const, String> {
             "Mul" => p * q,
             "Div" => p / q,
             "Pow" => p.powf(q),
-            "Mod" => p % q,
+            // ONNX requires `fmod = 1` for floats: the remainder of truncated division.
+            "Mod" | "Fmod" => p % q,
             "Max" => p.max(q),
             "Min" => p.min(q),
             "Equal" => (p == q) as i64 as f32,
@@ -332,7 +334,12 @@ pub fn matmul(a: &Const, b: &Const) -> Result<Const, String> {
 /// `Cast` to an ONNX data type.
 pub fn cast(a: &Const, to: i64) -> Result<Const, String> {
     Ok(match to as i32 {
-        data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE => Const::f(a.shape.clone(), a.as_f32()),
+        data_type::FLOAT | data_type::DOUBLE => Const::f(a.shape.clone(), a.as_f32()),
+        // Rounded to the nearest f16 (kept as f32, as every float constant).
+        data_type::FLOAT16 => Const::f(
+            a.shape.clone(),
+            a.as_f32().into_iter().map(|x| half::f16::from_f32(x).to_f32()).collect(),
+        ),
         data_type::BOOL => Const::i(a.shape.clone(), a.as_f64().iter().map(|x| (*x != 0.0) as i64).collect()),
         data_type::INT64 | data_type::INT32 | data_type::INT8 | data_type::UINT8 => match &a.data {
             Data::I(_) => a.clone(),
@@ -340,4 +347,200 @@ pub fn cast(a: &Const, to: i64) -> Result<Const, String> {
         },
         other => return Err(format!("Cast to {} is not folded", data_type::name(other))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(shape: &[u64], v: &[i64]) -> Const {
+        Const::i(shape.to_vec(), v.to_vec())
+    }
+
+    fn floats(shape: &[u64], v: &[f32]) -> Const {
+        Const::f(shape.to_vec(), v.to_vec())
+    }
+
+    #[test]
+    fn integer_ops_broadcast_as_numpy_and_follow_onnx() {
+        // [2, 1] against [3]: a 2 × 3 result.
+        let (a, b) = (ints(&[2, 1], &[7, -7]), ints(&[3], &[2, 3, -4]));
+        let cases: [(&str, [i64; 6]); 12] = [
+            ("Add", [9, 10, 3, -5, -4, -11]),
+            ("Sub", [5, 4, 11, -9, -10, -3]),
+            ("Mul", [14, 21, -28, -14, -21, 28]),
+            // Truncated toward zero, as onnxruntime's integer Div.
+            ("Div", [3, 2, -1, -3, -2, 1]),
+            ("Mod", [1, 1, -1, 1, 2, -3]),
+            ("Fmod", [1, 1, 3, -1, -1, -3]),
+            ("Equal", [0, 0, 0, 0, 0, 0]),
+            ("Less", [0, 0, 0, 1, 1, 1]),
+            ("Greater", [1, 1, 1, 0, 0, 0]),
+            ("Max", [7, 7, 7, 2, 3, -4]),
+            ("Min", [2, 3, -4, -7, -7, -7]),
+            ("And", [1, 1, 1, 1, 1, 1]),
+        ];
+        for (op, want) in cases {
+            assert_eq!(binary(op, &a, &b).unwrap(), ints(&[2, 3], &want), "{op}");
+        }
+        let (p, q) = (ints(&[4], &[0, 0, 1, 1]), ints(&[4], &[0, 1, 0, 1]));
+        assert_eq!(binary("Or", &p, &q).unwrap(), ints(&[4], &[0, 1, 1, 1]));
+        assert_eq!(binary("And", &p, &q).unwrap(), ints(&[4], &[0, 0, 0, 1]));
+        assert_eq!(binary("Equal", &p, &q).unwrap(), ints(&[4], &[1, 0, 0, 1]));
+        for op in ["Div", "Mod"] {
+            assert!(binary(op, &a, &ints(&[1], &[0])).is_err(), "{op} by zero");
+        }
+        assert!(binary("Pow", &a, &b).is_err(), "Pow of integers is not folded");
+        assert!(binary("Add", &ints(&[2], &[1, 2]), &ints(&[3], &[1, 2, 3])).is_err());
+    }
+
+    #[test]
+    fn float_ops_follow_onnx() {
+        let (a, b) = (floats(&[3], &[1.5, -2.0, 9.0]), floats(&[3], &[2.0, 0.5, -3.0]));
+        let cases: [(&str, [f32; 3]); 8] = [
+            ("Add", [3.5, -1.5, 6.0]),
+            ("Sub", [-0.5, -2.5, 12.0]),
+            ("Mul", [3.0, -1.0, -27.0]),
+            ("Div", [0.75, -4.0, -3.0]),
+            ("Pow", [2.25, f32::NAN, 1.0 / 729.0]),
+            ("Mod", [1.5, -0.0, 0.0]),
+            ("Max", [2.0, 0.5, 9.0]),
+            ("Min", [1.5, -2.0, -3.0]),
+        ];
+        for (op, want) in cases {
+            let got = binary(op, &a, &b).unwrap();
+            assert_eq!(got.shape, vec![3], "{op}");
+            for (g, w) in got.as_f32().iter().zip(want) {
+                assert!((g - w).abs() <= 1e-6 * w.abs() || (g.is_nan() && w.is_nan()), "{op}: {g} for {w}");
+            }
+        }
+        let (p, q) = (floats(&[3], &[1.0, 2.0, 3.0]), floats(&[1], &[2.0]));
+        assert_eq!(binary("Equal", &p, &q).unwrap(), ints(&[3], &[0, 1, 0]));
+        assert_eq!(binary("Less", &p, &q).unwrap(), ints(&[3], &[1, 0, 0]));
+        assert_eq!(binary("Greater", &p, &q).unwrap(), ints(&[3], &[0, 0, 1]));
+        assert!(binary("And", &p, &q).is_err());
+        // An integer and a float: floats.
+        assert_eq!(binary("Mul", &ints(&[2], &[2, 3]), &q).unwrap(), floats(&[2], &[4.0, 6.0]));
+    }
+
+    #[test]
+    fn unary_ops_follow_onnx() {
+        let x = floats(&[2], &[-0.5, 2.0]);
+        let cases: [(&str, [f32; 2]); 11] = [
+            ("Sqrt", [f32::NAN, std::f32::consts::SQRT_2]),
+            ("Neg", [0.5, -2.0]),
+            ("Abs", [0.5, 2.0]),
+            ("Exp", [(-0.5f32).exp(), 2f32.exp()]),
+            ("Tanh", [(-0.5f32).tanh(), 2f32.tanh()]),
+            ("Reciprocal", [-2.0, 0.5]),
+            ("Log", [f32::NAN, std::f32::consts::LN_2]),
+            ("Sigmoid", [1.0 / (1.0 + 0.5f32.exp()), 1.0 / (1.0 + (-2f32).exp())]),
+            ("Erf", [libm::erff(-0.5), libm::erff(2.0)]),
+            ("Floor", [-1.0, 2.0]),
+            ("Ceil", [-0.0, 2.0]),
+        ];
+        for (op, want) in cases {
+            let got = unary(op, &x).unwrap().as_f32();
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() <= 1e-6 * w.abs() || (g.is_nan() && w.is_nan()), "{op}: {g} for {w}");
+            }
+        }
+        let i = ints(&[3], &[-3, 0, 4]);
+        assert_eq!(unary("Neg", &i).unwrap(), ints(&[3], &[3, 0, -4]));
+        assert_eq!(unary("Abs", &i).unwrap(), ints(&[3], &[3, 0, 4]));
+        assert_eq!(unary("Not", &i).unwrap(), ints(&[3], &[0, 1, 0]));
+        assert!(unary("Cos", &x).is_err());
+    }
+
+    #[test]
+    fn transposes_gathers_slices_and_concats_move_the_right_elements() {
+        let a = ints(&[2, 3], &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(transpose(&a, &[]).unwrap(), ints(&[3, 2], &[0, 3, 1, 4, 2, 5]));
+        let b = ints(&[2, 3, 2], &(0..12).collect::<Vec<_>>());
+        // out[i][j][k] = b[k][i][j]
+        let t = transpose(&b, &[1, 2, 0]).unwrap();
+        assert_eq!(t, ints(&[3, 2, 2], &[0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11]));
+        assert!(transpose(&a, &[0, 0]).is_err());
+        assert!(transpose(&a, &[0]).is_err());
+        // Gather along axis 1 with a negative index; a scalar index drops the axis.
+        assert_eq!(gather(&a, &ints(&[2], &[-1, 0]), 1).unwrap(), ints(&[2, 2], &[2, 0, 5, 3]));
+        assert_eq!(gather(&a, &ints(&[], &[1]), 0).unwrap(), ints(&[3], &[3, 4, 5]));
+        assert!(gather(&a, &ints(&[1], &[3]), 1).is_err());
+        assert!(gather(&a, &ints(&[1], &[-4]), 1).is_err());
+        // Slices: ONNX clamping, negative indices and steps.
+        assert_eq!(slice_range(5, 1, 3, 1).unwrap(), [1, 2]);
+        assert_eq!(slice_range(5, -2, i64::MAX, 1).unwrap(), [3, 4]);
+        assert_eq!(slice_range(5, -100, 2, 1).unwrap(), [0, 1]);
+        assert_eq!(slice_range(5, 0, 5, 2).unwrap(), [0, 2, 4]);
+        assert_eq!(slice_range(5, -1, i64::MIN, -1).unwrap(), [4, 3, 2, 1, 0]);
+        assert_eq!(slice_range(5, 10, 1, -2).unwrap(), [4, 2]);
+        assert_eq!(slice_range(5, 3, 3, 1).unwrap(), Vec::<usize>::new());
+        assert!(slice_range(5, 0, 5, 0).is_err());
+        assert_eq!(slice_axis(&a, 1, &[2, 0]), ints(&[2, 2], &[2, 0, 5, 3]));
+        assert_eq!(slice_axis(&a, 0, &[1]), ints(&[1, 3], &[3, 4, 5]));
+        // Concat along the last axis (negative), of integers and of floats.
+        let c = ints(&[2, 1], &[9, 8]);
+        assert_eq!(concat(&[&a, &c], -1).unwrap(), ints(&[2, 4], &[0, 1, 2, 9, 3, 4, 5, 8]));
+        assert_eq!(concat(&[&c, &c], 0).unwrap(), ints(&[4, 1], &[9, 8, 9, 8]));
+        let f = floats(&[2, 1], &[0.5, 1.5]);
+        assert_eq!(concat(&[&f, &c], 1).unwrap(), floats(&[2, 2], &[0.5, 9.0, 1.5, 8.0]));
+        assert!(concat(&[&a, &ints(&[3, 1], &[1, 2, 3])], 1).is_err());
+        assert!(concat(&[], 0).is_err());
+    }
+
+    #[test]
+    fn reshape_targets_copy_zeros_and_infer_one_axis() {
+        assert_eq!(reshape_shape(&[2, 3, 4], &[0, -1], false).unwrap(), [2, 12]);
+        assert_eq!(reshape_shape(&[2, 3, 4], &[-1, 0, 2], false).unwrap(), [4, 3, 2]);
+        assert_eq!(reshape_shape(&[2, 3, 4], &[24], false).unwrap(), [24]);
+        assert_eq!(reshape_shape(&[0, 3], &[0, 3], true).unwrap(), [0, 3]);
+        assert!(reshape_shape(&[2, 3], &[0, 3], true).is_err(), "allowzero: 0 is a size");
+        assert!(reshape_shape(&[2, 3], &[-1, -1], false).is_err());
+        assert!(reshape_shape(&[2, 3], &[4, -1], false).is_err());
+        assert!(reshape_shape(&[2, 3], &[5], false).is_err());
+        assert!(reshape_shape(&[2, 3], &[0, 0, 0], false).is_err(), "no third axis to copy");
+        assert!(reshape_shape(&[2, 3], &[-2, 3], false).is_err());
+    }
+
+    #[test]
+    fn matmul_casts_and_broadcast_indices_are_exact() {
+        // A batch of two 2 × 3 matrices times a 3 × 2 one.
+        let a = floats(&[2, 2, 3], &(0..12).map(|x| x as f32).collect::<Vec<_>>());
+        let b = floats(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+        let want = [2.0, 3.0, 8.0, 9.0, 14.0, 15.0, 20.0, 21.0];
+        assert_eq!(matmul(&a, &b).unwrap(), floats(&[2, 2, 2], &want));
+        assert!(matmul(&b, &a).is_err());
+        assert!(matmul(&floats(&[3], &[1.0, 2.0, 3.0]), &b).is_err());
+        let x = floats(&[3], &[-1.7, 0.0, 2.9]);
+        assert_eq!(cast(&x, data_type::INT64 as i64).unwrap(), ints(&[3], &[-1, 0, 2]));
+        assert_eq!(cast(&x, data_type::BOOL as i64).unwrap(), ints(&[3], &[1, 0, 1]));
+        assert_eq!(cast(&ints(&[1], &[3]), data_type::DOUBLE as i64).unwrap(), floats(&[1], &[3.0]));
+        assert_eq!(cast(&ints(&[1], &[3]), data_type::INT32 as i64).unwrap(), ints(&[1], &[3]));
+        assert!(cast(&x, 8).is_err(), "STRING");
+        assert_eq!(broadcast_index(&[2, 3], &[3]).unwrap(), [0, 1, 2, 0, 1, 2]);
+        assert_eq!(broadcast_index(&[2, 3], &[2, 1]).unwrap(), [0, 0, 0, 1, 1, 1]);
+        assert_eq!(broadcast_index(&[2, 3], &[]).unwrap(), [0; 6]);
+        assert_eq!(axis(-1, 3).unwrap(), 2);
+        assert_eq!(axis(2, 3).unwrap(), 2);
+        assert!(axis(3, 3).is_err() && axis(-4, 3).is_err());
+        assert_eq!(fold_elements(&[4, 8]).unwrap(), 32);
+        assert!(fold_elements(&[FOLD_MAX, 2]).is_err());
+    }
+
+    #[test]
+    fn mod_takes_the_divisor_sign_and_fmod_the_dividend_sign() {
+        let (a, b) = (ints(&[4], &[7, -7, 7, -7]), ints(&[4], &[3, 3, -3, -3]));
+        assert_eq!(binary("Mod", &a, &b).unwrap(), ints(&[4], &[1, 2, -2, -1]));
+        assert_eq!(binary("Fmod", &a, &b).unwrap(), ints(&[4], &[1, -1, 1, -1]));
+        let f = |v: &[f32]| Const::f(vec![v.len() as u64], v.to_vec());
+        assert_eq!(binary("Fmod", &f(&[7.5, -7.5]), &f(&[2.0, 2.0])).unwrap(), f(&[1.5, -1.5]));
+        assert!(binary("Fmod", &a, &ints(&[1], &[0])).is_err());
+    }
+
+    #[test]
+    fn a_cast_to_float16_rounds_to_f16() {
+        let c = Const::f(vec![2], vec![1.0 + 1e-4, 2.000_000_2]);
+        assert_eq!(cast(&c, data_type::FLOAT16 as i64).unwrap(), Const::f(vec![2], vec![1.0, 2.0]));
+        assert_eq!(cast(&c, data_type::FLOAT as i64).unwrap(), c);
+    }
 }

@@ -2,7 +2,9 @@
 //! outputs need (everything else, such as the head-averaged attention weights torch's
 //! `nn.MultiheadAttention` also computes, is dropped).
 
-use super::proto::{GraphProto, NodeProto};
+use super::consts::Const;
+use super::fold::Attrs;
+use super::proto::{data_type, GraphProto, NodeProto};
 use std::collections::BTreeMap;
 
 /// What a node stands for.
@@ -10,7 +12,10 @@ use std::collections::BTreeMap;
 pub enum Pattern {
     /// The `Div` ending `(x − mean(x)) / sqrt(mean((x − mean(x))²) + eps)`: a LayerNorm of `x`
     /// without affine; `means` are the two `ReduceMean` nodes (their axes are checked when
-    /// lowered), `eps` the name of the constant added to the variance.
+    /// lowered), `eps` the name of the constant added to the variance (checked to be a scalar
+    /// constant when lowered). The square is `Mul(d, d)` or `Pow(d, 2)` with the exponent a
+    /// constant stated in the file (see [`stated`]) equal to 2: any other power is not
+    /// a LayerNorm.
     LayerNorm {
         /// The normalised tensor.
         x: String,
@@ -55,6 +60,47 @@ pub fn consumers(g: &GraphProto) -> BTreeMap<&str, usize> {
     c
 }
 
+/// How deep [`stated`] follows `Identity` and `Cast` nodes (a hostile file may loop).
+const STATED_DEPTH: usize = 8;
+
+/// The value of `name` when the file states it before lowering: an initializer held in the file
+/// itself (not external data) of at most 16 elements, the value of a `Constant` node, or either
+/// through `Identity` or a `Cast` to a float type (`prod`: the node writing each value). A value
+/// other nodes compute (folded when lowered) is not resolved here, and a pattern that needs it
+/// is then not recognised.
+fn stated(g: &GraphProto, prod: &BTreeMap<&str, usize>, name: &str, depth: usize) -> Option<Const> {
+    let dir = std::path::Path::new(".");
+    let mut ext = super::consts::External { dir, maps: BTreeMap::new() };
+    if let Some(i) = prod.get(name) {
+        let n = &g.node[*i];
+        let a = Attrs(&n.attribute);
+        return match n.op_type.as_str() {
+            "Constant" => super::lower::constant(&a, &mut ext).ok().filter(|c| c.len() <= 16),
+            "Identity" if depth > 0 => stated(g, prod, n.input.first()?, depth - 1),
+            "Cast"
+                if depth > 0
+                    && matches!(
+                        a.int("to").map(|t| t as i32),
+                        Some(data_type::FLOAT | data_type::DOUBLE)
+                    ) =>
+            {
+                super::fold::cast(&stated(g, prod, n.input.first()?, depth - 1)?, data_type::FLOAT as i64)
+                    .ok()
+            }
+            _ => None,
+        };
+    }
+    let t = g.initializer.iter().find(|t| t.name == name)?;
+    let small = t.dims.iter().try_fold(1i64, |n, d| (*d >= 0).then(|| n.saturating_mul(*d)))? <= 16;
+    (small && t.data_location != 1).then(|| super::consts::decode(t, &mut ext).ok()).flatten()
+}
+
+/// Whether `name` is a constant stated in the file (see [`stated`]) of one element, at
+/// most one axis, equal to `want`.
+fn stated_scalar_is(g: &GraphProto, prod: &BTreeMap<&str, usize>, name: &str, want: f64) -> bool {
+    stated(g, prod, name, STATED_DEPTH).is_some_and(|c| c.shape.len() <= 1 && c.scalar() == Some(want))
+}
+
 /// Patterns by node index.
 pub fn find(g: &GraphProto) -> BTreeMap<usize, Pattern> {
     let prod = producers(g);
@@ -73,8 +119,9 @@ pub fn find(g: &GraphProto) -> BTreeMap<usize, Pattern> {
                 let p = &g.node[vi];
                 let (_, sq) = node(&p.input[0])?;
                 let d = &n.input[0];
-                let squares = (is(sq, "Pow", 2) && sq.input[0] == *d)
-                    || (is(sq, "Mul", 2) && sq.input[0] == *d && sq.input[1] == *d);
+                let squares =
+                    (is(sq, "Pow", 2) && sq.input[0] == *d && stated_scalar_is(g, &prod, &sq.input[1], 2.0))
+                        || (is(sq, "Mul", 2) && sq.input[0] == *d && sq.input[1] == *d);
                 let (_, sub) = node(d).filter(|(_, s)| is(s, "Sub", 2))?;
                 let (mi, _) = node(&sub.input[1])
                     .filter(|(_, m)| is(m, "ReduceMean", 1) && m.input[0] == sub.input[0])?;
@@ -127,9 +174,12 @@ pub fn needed(g: &GraphProto, found: &BTreeMap<usize, Pattern>) -> Vec<bool> {
         }
         need[i] = true;
         match found.get(&i) {
-            Some(Pattern::LayerNorm { x, eps, .. }) => {
+            Some(Pattern::LayerNorm { x, eps, means }) => {
                 want.insert(x);
                 want.insert(eps);
+                // The axes of the two means, when given as inputs (opset 18), are read when the
+                // pattern is lowered.
+                want.extend(means.iter().filter_map(|m| g.node[*m].input.get(1)).map(String::as_str));
             }
             Some(Pattern::PatchEmbed { conv, flatten }) => {
                 want.extend(g.node[*conv].input.iter().map(String::as_str));

@@ -47,6 +47,9 @@ pub fn exact(func: MapFn, exponent: f32, x: f64) -> f64 {
         MapFn::Reciprocal => 1.0 / x,
         MapFn::Abs => x.abs(),
         MapFn::Erf => libm::erf(x),
+        // `pow` is defined as e^{c·ln x} (docs/model-format.md): NaN below 0, whatever the
+        // exponent (`powf` gives a value for integer exponents, which the op does not compute).
+        MapFn::Pow if x < 0.0 => f64::NAN,
         MapFn::Pow => x.powf(exponent as f64),
     }
 }

@@ -21,6 +21,8 @@ impl Lower<'_, '_> {
         Ok(vec![match op {
             "Identity" | "Dropout" => (*x()?).clone(),
             "Cast" => fold::cast(&*x()?, attrs.int("to").unwrap_or(1))?,
+            // `fmod = 1`: the remainder takes the dividend's sign (C's fmod), else the divisor's.
+            "Mod" if attrs.int("fmod") == Some(1) => fold::binary("Fmod", &*x()?, &*y()?)?,
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Equal" | "Less" | "Greater" | "Max" | "Min"
             | "And" | "Or" => fold::binary(op, &*x()?, &*y()?)?,
             "Sqrt" | "Neg" | "Abs" | "Exp" | "Log" | "Sigmoid" | "Tanh" | "Reciprocal" | "Erf" | "Floor"

@@ -83,11 +83,9 @@ pub struct Lower<'a, 'b> {
     /// constant can be allocated at the same address while the map lives.
     params_of: BTreeMap<(usize, bool), (std::rc::Weak<Const>, String)>,
     scales: Vec<(String, i8)>,
-    /// Matmuls emitted, by output tensor: op index, alpha, and whether the ONNX value has one
-    /// reader (then a scaling applied after it folds into its `alpha`).
-    matmuls: BTreeMap<String, (usize, f64, bool)>,
-    /// Scalings folded into a matmul's alpha after it was written, by tensor.
-    folded: BTreeMap<String, f64>,
+    /// Matmuls emitted, by output tensor: the op's index (a scaling read after the matmul was
+    /// written may fold into its `alpha`, [`Lower::fold_into_matmul`]).
+    matmuls: BTreeMap<String, usize>,
     /// Readers of each ONNX value.
     uses: BTreeMap<String, usize>,
     /// Written-out LayerNorms, by output tensor: op index, and whether a gamma and a beta were
@@ -141,7 +139,6 @@ impl<'a, 'b> Lower<'a, 'b> {
             params_of: BTreeMap::new(),
             scales: Vec::new(),
             matmuls: BTreeMap::new(),
-            folded: BTreeMap::new(),
             uses: BTreeMap::new(),
             no_fold: false,
             fp8_casts: BTreeMap::new(),
@@ -255,7 +252,11 @@ impl<'a, 'b> Lower<'a, 'b> {
             return Ok(t.clone());
         }
         let t = self.write_composition(r, at)?;
-        self.written.insert(key, t.clone());
+        // The tensor itself (the identity, or a scaling folded into the matmul that wrote it)
+        // is not remembered: after a fold, the same composition of it means another value.
+        if t != r.t {
+            self.written.insert(key, t.clone());
+        }
         Ok(t)
     }
 
@@ -296,19 +297,35 @@ impl<'a, 'b> Lower<'a, 'b> {
         }
     }
 
-    /// Scale the matmul that wrote `t` by `a` if nothing else reads its result unscaled (softmax
-    /// must read a matmul's output, so `softmax(q·kᵀ × c)` needs the `c` in `alpha`).
+    /// Scale the matmul that wrote `t` by `a` (softmax must read a matmul's output, so
+    /// `softmax(q·kᵀ × c)` needs the `c` in `alpha`), when that changes no other reader of `t`:
+    /// no op written so far reads `t`, and every value held as `t` is `a·t`. Those values are
+    /// then `t` itself, so later readers (a second scaling, a composition) see the scaled
+    /// tensor. The check is on values, not on the node graph: a view that keeps the tensor
+    /// (`Identity`, a reshape of leading unit axes) and a second reader of the scaling hold `t`
+    /// as well.
     fn fold_into_matmul(&mut self, t: &str, a: f64) -> bool {
-        let Some(&(op, alpha, single)) = self.matmuls.get(t) else { return false };
-        match self.folded.get(t) {
-            Some(prev) => *prev == a,
-            None if single => {
-                self.emit.set_number(op, "alpha", alpha * a);
-                self.folded.insert(t.to_string(), a);
-                true
-            }
-            None => false,
+        let Some(&op) = self.matmuls.get(t) else { return false };
+        let holders: Vec<String> = self
+            .vals
+            .iter()
+            .filter(|(_, v)| matches!(v, Val::R(r) if r.t == t))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let all_scaled = holders
+            .iter()
+            .all(|name| matches!(&self.vals[name], Val::R(r) if r.e.form() == Form::Affine(a, 0.0)));
+        if !all_scaled || self.emit.reads(t) {
+            return false;
         }
+        let alpha = self.emit.number(op, "alpha").unwrap_or(1.0);
+        self.emit.set_number(op, "alpha", alpha * a);
+        for name in holders {
+            if let Some(Val::R(r)) = self.vals.get_mut(&name) {
+                r.e = Rc::new(Expr::X);
+            }
+        }
+        true
     }
 
     /// A runtime operand of a matmul: the tensor and the scalar factor that goes into `alpha`.
@@ -463,6 +480,17 @@ impl<'a, 'b> Lower<'a, 'b> {
         let consts: Vec<Option<Rc<Const>>> =
             ins.iter().map(|v| if let Some(Val::C(c)) = v { Some(c.clone()) } else { None }).collect();
         let all_const = ins.iter().all(|v| !matches!(v, Some(Val::R(_))));
+        // Dropout is the identity in inference only: `training_mode` (input 2) must be false.
+        if node.op_type == "Dropout" {
+            let training = match ins.get(2) {
+                None | Some(None) => false,
+                Some(Some(Val::C(c))) => c.as_f64().iter().any(|v| *v != 0.0),
+                Some(Some(Val::R(_))) => true,
+            };
+            if training {
+                return Err(format!("{at}: Dropout in training mode (random) is not supported"));
+            }
+        }
         if node.op_type == "Shape" {
             let shape = match &ins.first() {
                 Some(Some(Val::R(r))) => r.shape.clone(),
@@ -595,7 +623,7 @@ fn dim_text(dims: &[crate::onnx::proto::Dimension]) -> Vec<String> {
 }
 
 /// The value of a `Constant` node.
-fn constant(a: &Attrs, ext: &mut External) -> Result<Const, String> {
+pub(crate) fn constant(a: &Attrs, ext: &mut External) -> Result<Const, String> {
     if let Some(t) = a.tensor("value") {
         return crate::onnx::consts::decode(t, ext);
     }
@@ -625,6 +653,27 @@ impl NameOr for NodeProto {
             self.input.get(k).cloned().unwrap_or_default()
         } else {
             self.name.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_scales_fit_the_range_and_need_a_finite_positive_one() {
+        let max = Fp8Format::E4M3.max_value();
+        assert_eq!(fp8_scale(max), 0);
+        assert_eq!(fp8_scale(max * 1.01), 1);
+        assert_eq!(fp8_scale(max / 2.0), -1);
+        assert_eq!(fp8_scale(1.0), (1.0 / max).log2().ceil() as i8);
+        assert_eq!(fp8_scale(1e30), 31, "clamped");
+        assert_eq!(fp8_scale(1e-30), -32, "clamped");
+        // No range measured (an activation that was 0 in the calibration run, or not finite):
+        // the format's own range, not 2^-32 of it.
+        for r in [0.0, -1.0, f32::INFINITY, f32::NAN] {
+            assert_eq!(fp8_scale(r), 0, "{r}");
         }
     }
 }

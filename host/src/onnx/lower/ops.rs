@@ -11,7 +11,6 @@ impl Lower<'_, '_> {
         b: Val,
         alpha: f64,
         out: &str,
-        single: bool,
         at: &str,
     ) -> Result<(String, Vec<u64>), String> {
         let mut alpha = alpha;
@@ -87,7 +86,7 @@ impl Lower<'_, '_> {
         }
         fields.extend([("output", Field::S(out.into())), ("dtype", s("f16")), ("accumulate", s("f16"))]);
         let idx = self.emit.op("matmul", &fields);
-        self.matmuls.insert(out.to_string(), (idx, alpha, single));
+        self.matmuls.insert(out.to_string(), idx);
         let mut shape = batch;
         shape.extend([m, n]);
         Ok((out.to_string(), shape))
@@ -130,15 +129,21 @@ impl Lower<'_, '_> {
                 },
                 None => Attrs(&mn.attribute).ints("axes").unwrap_or_default(),
             };
-            if axes.len() != 1
-                || fold::axis(axes[0], rank)? != rank - 1
-                || Attrs(&mn.attribute).int("keepdims") == Some(0)
-            {
+            if axes.len() != 1 || fold::axis(axes[0], rank)? != rank - 1 {
                 return Err(format!("{at}: a LayerNorm written out over axes {axes:?} of rank {rank}: only the last axis is supported"));
+            }
+            if Attrs(&mn.attribute).int("keepdims") == Some(0) {
+                return Err(format!(
+                    "{at}: a LayerNorm written out with keepdims = 0 in `{}`: its mean broadcasts along the last axis, \
+                     not a LayerNorm (the last axis, kept, is supported)",
+                    mn.name
+                ));
             }
         }
         let eps = match self.get(eps, at)? {
-            Val::C(c) => c.scalar().ok_or(format!("{at}: eps is not a scalar"))?,
+            // More axes than x would broadcast the result to another rank.
+            Val::C(c) if c.shape.len() <= rank => c.scalar().ok_or(format!("{at}: eps is not a scalar"))?,
+            Val::C(_) => return Err(format!("{at}: eps has more axes than the normalised tensor")),
             Val::R(_) => return Err(format!("{at}: eps is computed on the chip")),
         };
         let t = self.tensor(&r, at)?;
@@ -158,7 +163,8 @@ impl Lower<'_, '_> {
     }
 
     /// `Mul` by a per-column constant (gamma), then `Add` of one (beta), after a written-out
-    /// LayerNorm whose result nothing else reads: folded into the `layernorm` op's `gamma` and
+    /// LayerNorm whose result nothing else reads (no other ONNX reader, no op, no other value
+    /// holding the tensor): folded into the `layernorm` op's `gamma` and
     /// `beta` (two row stages fewer per LayerNorm). Returns whether the node was taken.
     pub(super) fn fuse_affine(&mut self, node: &NodeProto, ins: &[Option<Val>]) -> bool {
         let (r, c, input) = match ins {
@@ -171,7 +177,18 @@ impl Lower<'_, '_> {
         let per_column = c.len() as u64 == d && c.shape.last() == Some(&d) && c.shape.len() <= r.shape.len();
         let gamma = node.op_type == "Mul";
         let free = if gamma { !has_gamma && !has_beta } else { !has_beta };
-        if *r.e != Expr::X || !per_column || !free || self.uses_total.get(input) != Some(&1) {
+        // Nothing else may see the LayerNorm's output change: this node is the only reader of
+        // its input, no op written so far reads the tensor, and no other live value holds it
+        // (an `Identity` or a view that keeps the tensor would).
+        let others_hold =
+            self.vals.iter().any(|(name, v)| name != input && matches!(v, Val::R(o) if o.t == r.t));
+        if *r.e != Expr::X
+            || !per_column
+            || !free
+            || self.uses_total.get(input) != Some(&1)
+            || others_hold
+            || self.emit.reads(&r.t)
+        {
             return false;
         }
         let field = if gamma { "gamma" } else { "beta" };
@@ -224,14 +241,26 @@ impl Lower<'_, '_> {
             None => None,
         };
         let (xs, ws) = (&x.shape, &w.shape);
-        if xs.len() != 4 || ws.len() != 4 || ws[1] != xs[1] || ws[2] != ws[3] {
+        if xs.len() != 4 || ws.len() != 4 || ws[1] != xs[1] || ws[2] != ws[3] || ws[2] == 0 {
             return Err(format!("{at}: Conv of {xs:?} with weights {ws:?}: a 2-D convolution with square kernels is supported"));
         }
         let k = ws[2];
         let ones = |n: &str, want: i64| catt.ints(n).is_none_or(|v| v.iter().all(|x| *x == want));
-        let stride_ok = catt.ints("strides").is_some_and(|s| s.iter().all(|x| *x as u64 == k));
+        let pair = |v: Vec<i64>, want: u64| v.len() == 2 && v.iter().all(|x| *x as u64 == want);
+        let stride_ok = catt.ints("strides").is_some_and(|s| pair(s, k));
+        let kernel_ok = catt.ints("kernel_shape").is_none_or(|s| pair(s, k));
+        // `auto_pad`: VALID pads nothing; SAME_* pads a side that is not a multiple of the
+        // stride (here the kernel) up to one, where this embedding would instead drop the
+        // border: taken only when it pads nothing.
+        let pad_ok = match catt.string("auto_pad").as_deref() {
+            None | Some("NOTSET") => ones("pads", 0),
+            Some("VALID") => true,
+            Some("SAME_UPPER" | "SAME_LOWER") => xs[2] % k == 0 && xs[3] % k == 0,
+            Some(_) => false,
+        };
         if !stride_ok
-            || !ones("pads", 0)
+            || !kernel_ok
+            || !pad_ok
             || !ones("dilations", 1)
             || catt.int("group").unwrap_or(1) != 1
             || xs[2] < k
@@ -245,7 +274,7 @@ impl Lower<'_, '_> {
         let (n, c, hp, wp, d) = (xs[0], xs[1], xs[2] / k, xs[3] / k, ws[0]);
         let fl_shape: Vec<u64> = if flatten.op_type == "Flatten" {
             let ax = Attrs(&flatten.attribute).int("axis").unwrap_or(1);
-            if ax != 2 {
+            if fold::axis(ax, 4) != Ok(2) {
                 return Err(format!("{at}: Flatten axis {ax} after the patch Conv (expected 2)"));
             }
             vec![n, d, hp * wp]
@@ -254,7 +283,11 @@ impl Lower<'_, '_> {
                 Val::C(c) => c.as_i64()?,
                 Val::R(_) => return Err(format!("{at}: the Reshape target must be constant")),
             };
-            fold::reshape_shape(&[n, d, hp, wp], &spec, false)?
+            fold::reshape_shape(
+                &[n, d, hp, wp],
+                &spec,
+                Attrs(&flatten.attribute).int("allowzero") == Some(1),
+            )?
         };
         let perm = Attrs(&node.attribute).ints("perm").unwrap_or_default();
         if fl_shape != [n, d, hp * wp] || perm != [0, 2, 1] {
@@ -272,7 +305,7 @@ impl Lower<'_, '_> {
         let wm = fold::transpose(&w.reshaped(vec![d, c * k * k]), &[])?;
         let pr = Run { t: patches, shape: vec![n, hp * wp, c * k * k], e: Rc::new(Expr::X), prov: None };
         let out = self.emit.fresh(&format!("{}_mm", node.output[0]));
-        let (mut y, shape) = self.matmul(Val::R(pr), Val::C(Rc::new(wm)), 1.0, &out, false, at)?;
+        let (mut y, shape) = self.matmul(Val::R(pr), Val::C(Rc::new(wm)), 1.0, &out, at)?;
         if let Some(b) = bias {
             let p = self.param(&b, &format!("{}_bias", conv.output[0]), vec![d]);
             let o = self.out_name(node);

@@ -31,9 +31,8 @@ impl Lower<'_, '_> {
             "MatMul" => {
                 let (a, b) = (ins[0].clone().unwrap(), ins.get(1).cloned().flatten().ok_or(format!("{at}: one input"))?);
                 let out = self.out_name(node);
-                let single = self.uses.get(&node.output[0]) == Some(&1);
                 let prov = projection(&a, &b, 1.0, None);
-                let (t, shape) = self.matmul(a, b, 1.0, &out, single, at)?;
+                let (t, shape) = self.matmul(a, b, 1.0, &out, at)?;
                 let prov = prov
                     .filter(|_| fold::fold_elements(&shape).is_ok())
                     .map(|p| Rc::new(Prov { idx: Rc::new(iota(&shape)), ..p }));
@@ -53,7 +52,7 @@ impl Lower<'_, '_> {
                 };
                 let alpha = attrs.float("alpha").unwrap_or(1.0) as f64;
                 let mm = self.emit.fresh(&format!("{}_mm", node.output[0]));
-                let (mut t, shape) = self.matmul(a, b, alpha, &mm, false, at)?;
+                let (mut t, shape) = self.matmul(a, b, alpha, &mm, at)?;
                 if let Some(c) = consts.get(2).cloned().flatten() {
                     let beta = attrs.float("beta").unwrap_or(1.0);
                     let c = Rc::new(fold::binary("Mul", &c, &Const::f(vec![], vec![beta]))?);
@@ -217,7 +216,7 @@ impl Lower<'_, '_> {
         let bias = p.bias.as_ref().map(|b| Rc::new(fold::slice_axis(&b.reshaped(vec![n]), 0, &cols)));
         let base = node.output.get(k).cloned().unwrap_or_default();
         let out = self.emit.fresh(&format!("{base}_proj"));
-        let (mut t, shape) = self.matmul(Val::R(p.x.clone()), Val::C(w.clone()), p.alpha, &out, false, at)?;
+        let (mut t, shape) = self.matmul(Val::R(p.x.clone()), Val::C(w.clone()), p.alpha, &out, at)?;
         if let Some(b) = &bias {
             let name = self.param(b, &format!("{base}_bias"), vec![cols.len() as u64]);
             let o = self.emit.fresh(&format!("{base}_biased"));
