@@ -13,18 +13,15 @@ use ipu_schema::DType;
 use rayon::prelude::*;
 
 mod amp_order;
-mod bounds;
-mod cov;
 mod gemm64;
 mod layernorm;
 pub mod map;
 mod matmul;
-mod matmul_bound;
-mod rows;
-pub use bounds::LAMBDA;
-use bounds::{half_ulp, Bounds, Elem, Parts};
+mod matmul_prob;
+mod prob;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
-use matmul_bound::{matmul_exact, MatMulLayout, Operand, Rounding};
+use prob::Prob;
+pub use prob::LAMBDA;
 use std::collections::BTreeMap;
 
 /// A tensor on the host: f32 values of its dtype (exact for f16), or FP8 codes as 0..=255.
@@ -96,14 +93,16 @@ pub struct Evaluated {
     /// f64 values of the same graph on the real numbers (no rounding anywhere, casts included).
     pub exact: BTreeMap<String, Vec<f64>>,
     /// Per element, a bound on |device-precision value − f64 value| derived from each op's
-    /// rounding points and the bounds of its operands (docs/reliability.md "The verdict"): the
-    /// smaller of the rigorous bound and the probabilistic one.
+    /// rounding points and the bounds of its operands (docs/reliability.md "The f64 bound"):
+    /// the smaller of the rigorous bound and the probabilistic one (`prob.rs`).
     pub bound: BTreeMap<String, Vec<f64>>,
-    /// Per element, the rigorous bound alone (never smaller than `bound`).
-    pub rigorous: BTreeMap<String, Vec<f64>>,
-    /// Elements (of every tensor) whose bound came from the probabilistic branch: every bound
-    /// of the run holds with probability at least `1 − events·2·exp(−λ²/2)` under its model.
+    /// Elements whose bound came from the probabilistic branch, plus that branch's per-row
+    /// statements (layer norms): under its model every bound of the run holds with probability
+    /// at least `1 − events·2·exp(−λ²/2)`.
     pub events: u64,
+    /// Per tensor, the largest rigorous bound of its elements (where the probabilistic branch
+    /// is worth having: `examples/bound_probe.rs` prints them side by side).
+    pub rigorous_max: BTreeMap<String, f64>,
 }
 
 /// Unit roundoff (half an ulp, relative) of round-to-nearest in a dtype.
@@ -236,21 +235,26 @@ pub fn evaluate(
     }
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut all: BTreeMap<String, Bounds> = BTreeMap::new();
-    let last = |shape: &[u64]| shape.last().copied().unwrap_or(1) as usize;
+    // `bound` carries the rigorous bounds from op to op, `prob` the probabilistic branch; both
+    // are dropped after a tensor's last reader, `combined` (their minimum) is kept.
+    let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut prob: BTreeMap<String, Prob> = BTreeMap::new();
+    let mut combined: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut events = 0u64;
+    let mut rigorous_max: BTreeMap<String, f64> = BTreeMap::new();
+    let mut last_use: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        for t in op.kind.operands() {
+            last_use.insert(g.tensor(t).name.clone(), i);
+        }
+    }
     for (name, t) in inputs {
+        prob.insert(name.clone(), Prob::exact(t.data.len()));
+        combined.insert(name.clone(), vec![0.0; t.data.len()]);
         // FP8 sources (params) stand for code · 2^scale.
         let scale = g.find(name).map(|id| g.tensor(id).scale).unwrap_or(0);
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
-        all.insert(name.clone(), Bounds::exact(t.data.len(), last(&t.shape)));
-    }
-    // The last op that reads each tensor: its covariance matrices are dropped after it (they are
-    // the large part of the bounds; the per-element bounds stay).
-    let mut last_use: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, op) in g.ops.iter().enumerate() {
-        for t in op.kind.operands() {
-            last_use.insert(&g.tensor(t).name, i);
-        }
+        bound.insert(name.clone(), vec![0.0; t.data.len()]);
     }
     for (i, op) in g.ops.iter().enumerate() {
         let out = g.tensor(op.output);
@@ -258,7 +262,7 @@ pub fn evaluate(
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
         };
-        let (value, ex, bd): (HostTensor, Vec<f64>, Bounds) = match &op.kind {
+        let (value, ex, bd, pr): (HostTensor, Vec<f64>, Vec<f64>, Prob) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
                 let (ta, tb) = (g.tensor(*a), g.tensor(*b));
@@ -270,29 +274,18 @@ pub fn evaluate(
                 let scaled_a = alpha.filter(|_| on_a).map(|al| {
                     let data = at.data.iter().map(|v| round(v * al, DType::F16)).collect();
                     let al = al as f64;
-                    let (ea, ba) = (&exact[&ta.name], &all[&ta.name]);
-                    let ex: Vec<f64> = ea.iter().map(|e| al * e).collect();
-                    let parts: Vec<Elem> = (0..ea.len())
-                        .map(|e| {
-                            // f16(f32(a·alpha)): the product's f32 rounding, then f16's.
-                            let h = |b: f64| {
-                                let y = al.abs() * (ea[e].abs() + b);
-                                let h32 = half_ulp(DType::F32, 0, y);
-                                (h32, half_ulp(DType::F16, 0, y + h32))
-                            };
-                            let ((h32, h16), (p32, p16)) = (h(ba.b[e]), h(ba.comb[e]));
-                            Elem {
-                                slope: al.abs(),
-                                slope_r: al.abs(),
-                                carried: al.abs() * ba.b[e],
-                                fresh: h32 + h16,
-                                rand: p16,
-                                det: p32,
-                            }
+                    let rel = unit_roundoff(DType::F16)
+                        + unit_roundoff(DType::F32) * (1.0 + unit_roundoff(DType::F16));
+                    let ex: Vec<f64> = exact[&ta.name].iter().map(|e| al * e).collect();
+                    let bd: Vec<f64> = exact[&ta.name]
+                        .iter()
+                        .zip(&bound[&ta.name])
+                        .map(|(e, d)| {
+                            al.abs() * d + rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16)
                         })
                         .collect();
-                    let bounds = bounds::elementwise(ba, &parts, last(&ta.shape));
-                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bounds)
+                    let pr = prob::scaled(&prob[&ta.name], &ex, al);
+                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd, pr)
                 });
                 let alpha = if on_a { &None } else { alpha };
                 let at = scaled_a.as_ref().map_or(at, |s| &s.0);
@@ -302,7 +295,7 @@ pub fn evaluate(
                 let mm = MatMul::new(g, *a, *b, op.output, *transpose_a, *transpose_b, *accumulate);
                 let rounds = reduction_rounds(tk, fan_in(&mm, grid));
                 let args = MatMulArgs {
-                    rounds: rounds.clone(),
+                    rounds,
                     a: at,
                     b: bt,
                     ta: *transpose_a,
@@ -314,35 +307,38 @@ pub fn evaluate(
                 };
                 let (c, shape) = matmul_device(&args);
                 let (_, m, k, n) = matmul_shape(ta, tb, *transpose_a, *transpose_b).unwrap();
-                let layout = MatMulLayout {
-                    m,
-                    k,
-                    n,
-                    ta: *transpose_a,
-                    tb: *transpose_b,
+                let block = if is_fp8(ta.dtype) { 32 } else { 16 };
+                let sh = matmul_prob::Shape {
+                    batch: c.len() / (m * n).max(1) as usize,
+                    m: m as usize,
+                    k: k as usize,
+                    n: n as usize,
                     a_batched: ta.shape.len() > 2,
                     b_batched: tb.shape.len() > 2,
-                };
-                let a_op = match &scaled_a {
-                    Some(s) => Operand { exact: &s.1, bounds: &s.2 },
-                    None => Operand { exact: &exact[&ta.name], bounds: &all[&ta.name] },
-                };
-                let b_op = Operand { exact: &exact[&tb.name], bounds: &all[&tb.name] };
-                let rounding = Rounding {
+                    ta: *transpose_a,
+                    tb: *transpose_b,
                     acc: *accumulate,
-                    block: if is_fp8(ta.dtype) { 32 } else { 16 },
-                    tk,
-                    rounds,
+                    block,
+                    tk: tk as usize,
                     alpha: alpha.map(|a| a as f64),
+                    same: a == b,
                 };
-                let (ex, mut bd) = matmul_exact(&layout, a_op, b_op, c.len() as u64, &rounding);
+                let pa = scaled_a
+                    .as_ref()
+                    .map_or((&exact[&ta.name][..], &bound[&ta.name][..], &prob[&ta.name]), |s| {
+                        (&s.1[..], &s.2[..], &s.3)
+                    });
+                let pb = (&exact[&tb.name][..], &bound[&tb.name][..], &prob[&tb.name]);
+                let (ex, mut bd, mut pr) = matmul_prob::matmul(&sh, pa, pb);
                 let mut c = c;
                 if out.dtype != *accumulate {
                     // f16 output of an f32 accumulation: one rounding of the finished sum.
+                    let (u, sub) = (unit_roundoff(out.dtype), underflow_error(out.dtype));
                     c.iter_mut().for_each(|v| *v = round(*v, out.dtype));
-                    bd = bounds::elementwise(&bd, &rounding_parts(&ex, &bd, out.dtype, 0), n as usize);
+                    bd.iter_mut().zip(&ex).for_each(|(b, e)| *b += u * (e.abs() + *b) + sub);
+                    pr = prob::round_all(&pr, &ex, out.dtype, 0);
                 }
-                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
+                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd, pr)
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
@@ -367,15 +363,23 @@ pub fn evaluate(
                 // bound grows by one rounding to the output format (relative, plus underflow
                 // spacing at the output's scale).
                 let name = &g.tensor(*input).name;
+                let (u, sub) =
+                    (unit_roundoff(out.dtype), underflow_error(out.dtype) * 2f64.powi(out.scale as i32));
                 let ex = exact[name].clone();
-                let parts = rounding_parts(&ex, &all[name], out.dtype, out.scale);
-                let bd = bounds::elementwise(&all[name], &parts, last(&x.shape));
-                (t, ex, bd)
+                let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
+                // Lossy: to FP8, or f32 to f16 (f16 → f32 and FP8 → f16 are exact).
+                let lossy = is_fp8(out.dtype) || (out.dtype == DType::F16 && x.dtype == DType::F32);
+                let pr = if lossy {
+                    prob::round_all(&prob[name], &ex, out.dtype, out.scale)
+                } else {
+                    prob[name].clone()
+                };
+                (t, ex, bd, pr)
             }
             OpKind::Gelu { input, form } => {
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
-                let (ein, bin) = (&exact[name], &all[name]);
+                let (ein, bin) = (&exact[name], &bound[name]);
                 let device: fn(f32) -> f32 = match form {
                     GeluForm::Tanh => gelu_device,
                     GeluForm::Erf => gelu_erf_device,
@@ -386,73 +390,45 @@ pub fn evaluate(
                 };
                 let data = x.data.iter().map(|v| device(*v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
-                let parts: Vec<Elem> = (0..ex.len())
-                    .map(|e| {
-                        let (y, x, b, c) = (ex[e], ein[e], bin.b[e], bin.comb[e]);
-                        let (slope_r, carried) = gelu_carried(*form, x, b);
-                        let (_, carried_c) = gelu_carried(*form, x, c);
-                        let slope = gelu_carried(*form, x, 0.0).0;
-                        // The tanh formula's own f32 error is at most ~40 ulps of 1 in t (exp,
-                        // divide and the constants), times 0.5|x|; the erf form's is A&S 7.1.26's
-                        // 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32 ulps of 1 in Φ, times |x|;
-                        // then one f16 rounding.
-                        let formula = |b: f64| {
-                            let f = match form {
-                                GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
-                                GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
-                            };
-                            f + 8.0 * 2f64.powi(-24) * y.abs()
+                let bd = ex
+                    .iter()
+                    .zip(ein.iter().zip(bin))
+                    .map(|(y, (x, b))| {
+                        // gelu is 1.13-Lipschitz (either form). The tanh formula's own f32 error is
+                        // at most ~40 ulps of 1 in t (exp, divide and the constants), times 0.5|x|;
+                        // the erf form's is A&S 7.1.26's 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32
+                        // ulps of 1 in Φ, times |x|; then one f16 rounding.
+                        let formula = match form {
+                            GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
+                            GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
                         };
-                        let h = half_ulp(DType::F16, 0, y.abs() + carried + formula(b));
-                        let rand = half_ulp(DType::F16, 0, y.abs() + carried_c + formula(c));
-                        // Linearisation remainder ½·M₂·c² (M₂ = sup|g''| ≤ 0.8).
-                        let det = (0.4 * c * c).min(carried_c + slope * c) + formula(c);
-                        Elem { slope, slope_r, carried, fresh: formula(b) + h, rand, det }
+                        let carried = 1.13 * b + formula + 8.0 * 2f64.powi(-24) * y.abs();
+                        carried
+                            + unit_roundoff(DType::F16) * (y.abs() + carried)
+                            + underflow_error(DType::F16)
                     })
                     .collect();
-                let bd = bounds::elementwise(bin, &parts, last(&x.shape));
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pr = prob::gelu(*form, &prob[name], ein, &ex);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Map { input, func, exponent } => {
                 let (x, _) = get(*input)?;
                 let name = &g.tensor(*input).name;
-                let (ein, bin) = (&exact[name], &all[name]);
+                let (ein, bin) = (&exact[name], &bound[name]);
                 let data = x.data.iter().map(|v| map::device(*func, *exponent, *v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| map::exact(*func, *exponent, *v)).collect();
-                let parts: Vec<Elem> = (0..ex.len())
-                    .map(|e| {
-                        let (y, x, b, c) = (ex[e], ein[e], bin.b[e], bin.comb[e]);
-                        let total = map::bound(*func, *exponent, x, b, y);
-                        let slope = map::slope(*func, *exponent, x);
-                        let rem = map::remainder(*func, *exponent, x, c);
-                        let carried_c = map::carried(*func, *exponent, x, c, y);
-                        let prob = slope.is_finite()
-                            && rem.is_finite()
-                            && carried_c.is_finite()
-                            && total.is_finite();
-                        // Row norms from the elements (slope_r unknown); where the probabilistic
-                        // branch has no slope or remainder, its deterministic part is the
-                        // rigorous bound.
-                        let (slope, rand, det) = if prob {
-                            let rem = rem.min(carried_c + slope * c);
-                            let f = map::formula_error(*func, *exponent, x, y);
-                            (slope, half_ulp(DType::F16, 0, y.abs() + carried_c + f), rem + f)
-                        } else {
-                            (0.0, 0.0, total)
-                        };
-                        // The whole rigorous bound as the op's own part: with no slope bound
-                        // the row norm is then the elements' (`√Σ b²`), the input's row norm
-                        // only where it is zero.
-                        Elem { slope, slope_r: f64::INFINITY, carried: 0.0, fresh: total, rand, det }
-                    })
+                let bd = ex
+                    .iter()
+                    .zip(ein.iter().zip(bin))
+                    .map(|(y, (x, b))| map::bound(*func, *exponent, *x, *b, *y))
                     .collect();
-                let bd = bounds::elementwise(bin, &parts, last(&x.shape));
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pr = prob::map(*func, *exponent, &prob[name], ein, &ex);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Binary { op, a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
                 let (na, nb) = (&g.tensor(*a).name, &g.tensor(*b).name);
-                let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &all[na], &all[nb]);
+                let (ea, eb, ba, bb) = (&exact[na], &exact[nb], &bound[na], &bound[nb]);
                 let n = out.elements() as usize;
                 let (ia, ib): (Vec<usize>, Vec<usize>) = (0..n)
                     .map(|i| {
@@ -462,10 +438,21 @@ pub fn evaluate(
                 // The device computes in f32 and rounds once to f16 (`f16v4add`/`sub`/`mul`).
                 let data =
                     (0..n).map(|i| round(op.apply(x.data[ia[i]], y.data[ib[i]]), DType::F16)).collect();
+                let (u, sub) = (unit_roundoff(DType::F16), underflow_error(DType::F16));
                 let ex: Vec<f64> = (0..n).map(|i| op.apply(ea[ia[i]], eb[ib[i]])).collect();
-                let d = last(&out.shape);
-                let bd = binary_bounds(*op, [(ea, ba, &ia, &x.shape), (eb, bb, &ib, &y.shape)], &ex, d);
-                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
+                let bd = (0..n)
+                    .map(|i| {
+                        let (p, q, bp, bq) = (ea[ia[i]], eb[ib[i]], ba[ia[i]], bb[ib[i]]);
+                        // Operand errors carried: |Δ(p ± q)| ≤ bp + bq; |Δ(pq)| ≤ |p|bq + |q|bp + bp·bq.
+                        let carried = match op {
+                            BinaryOp::Add | BinaryOp::Sub => bp + bq,
+                            BinaryOp::Mul => p.abs() * bq + q.abs() * bp + bp * bq,
+                        };
+                        carried + u * (ex[i].abs() + carried) + sub
+                    })
+                    .collect();
+                let pr = prob::binary(*op, (&prob[na], ea), (&prob[nb], eb), &ia, &ib, &ex);
+                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::LayerNorm { input, gamma, beta, eps } => {
                 let (x, _) = get(*input)?;
@@ -499,304 +486,71 @@ pub fn evaluate(
                 let name = |t: ipu_core::graph::TensorId| g.tensor(t).name.clone();
                 let affine = |t: Option<ipu_core::graph::TensorId>| layernorm::Affine {
                     exact: t.map(|t| exact[&name(t)].as_slice()),
-                    bound: t.map(|t| all[&name(t)].b.as_slice()),
+                    bound: t.map(|t| bound[&name(t)].as_slice()),
                 };
                 let n = name(*input);
-                let (ex, bd) = layernorm::exact(&exact[&n], &all[&n], d, affine(*gamma), affine(*beta), *eps);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let (ex, bd) =
+                    layernorm::exact(&exact[&n], &bound[&n], d, affine(*gamma), affine(*beta), *eps);
+                let pa = |t: Option<ipu_core::graph::TensorId>| {
+                    (t.map(|t| exact[&name(t)].as_slice()), t.map(|t| &prob[&name(t)]))
+                };
+                let pr = layernorm::prob(&exact[&n], &prob[&n], d, pa(*gamma), pa(*beta), *eps);
+                events += layernorm::prob_events(ex.len(), d);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Reshape { input } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
-                let bd = all[n].view(&[], last(&x.shape), last(&out.shape));
-                (t, exact[n].clone(), bd)
+                (t, exact[n].clone(), bound[n].clone(), prob[n].clone())
             }
             OpKind::Slice { input, starts } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let from = slice_index(&x.shape, starts, &out.shape);
+                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                let bd = all[n].view(&from, last(&x.shape), last(&out.shape));
-                (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
+                (t, pick(&exact[n]), pick(&bound[n]), prob[n].pick(&from))
             }
             OpKind::Transpose { input, perm } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let from = transpose_index(&x.shape, perm);
+                let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                let mut bd = all[n].view(&from, last(&x.shape), last(&out.shape));
-                // Swapping the last two axes makes row vectors column vectors and back: the same
-                // covariance matrices, enumerated the same way.
-                let r = perm.len();
-                let swap = r >= 2
-                    && perm[r - 1] == r - 2
-                    && perm[r - 2] == r - 1
-                    && (0..r - 2).all(|a| perm[a] == a);
-                if swap {
-                    let relabel = |c: &cov::Cov| cov::Cov {
-                        rows: !c.rows,
-                        d: c.d,
-                        last: if c.rows { x.shape[r - 2] as usize } else { c.d },
-                        m: c.m.clone(),
-                    };
-                    bd.cov = all[n].cov.as_ref().map(relabel);
-                    if let Some(q) = &all[n].q {
-                        // The view above folded the ellipsoid (rows gather from many rows):
-                        // keep it relabelled instead, with the box of the input.
-                        let unfolded = Bounds { q: None, ..all[n].clone() }.view(
-                            &from,
-                            last(&x.shape),
-                            last(&out.shape),
-                        );
-                        bd.det = unfolded.det;
-                        bd.dr = unfolded.dr;
-                        bd = bd.with_q(Some(relabel(q)));
-                    }
-                }
-                (t, from.iter().map(|&i| exact[n][i]).collect(), bd)
+                (t, pick(&exact[n]), pick(&bound[n]), prob[n].pick(&from))
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
                 let data = softmax_device(x);
                 let name = &g.tensor(*input).name;
                 let n = *x.shape.last().unwrap() as usize;
-                let (ex, bd) = softmax_exact(&exact[name], &all[name], n, out.dtype);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let (ex, bd) = softmax_exact(&exact[name], &bound[name], n, out.dtype);
+                let pr = prob::softmax(&prob[name], &ex, n, out.dtype);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
         };
+        // The combined bound: the smaller (a NaN in one branch leaves the other; NaN in both,
+        // an undefined bound, stays NaN).
+        let comb: Vec<f64> = bd.par_iter().enumerate().map(|(e, r)| r.min(pr.mag(e))).collect();
+        events += bd.iter().enumerate().filter(|(e, r)| pr.mag(*e) < **r).count() as u64;
+        rigorous_max.insert(out.name.clone(), bd.iter().fold(0f64, |m, v| m.max(*v)));
         exact.insert(out.name.clone(), ex);
-        all.insert(out.name.clone(), bd);
+        bound.insert(out.name.clone(), bd);
+        prob.insert(out.name.clone(), pr);
+        combined.insert(out.name.clone(), comb);
         vals.insert(out.name.clone(), value);
         for t in op.kind.operands() {
-            let name = &g.tensor(t).name;
-            if last_use.get(name.as_str()) == Some(&i) {
-                if let Some(b) = all.get_mut(name) {
-                    // Only the bounds `evaluate` returns stay.
-                    *b = Bounds {
-                        b: std::mem::take(&mut b.b),
-                        comb: std::mem::take(&mut b.comb),
-                        ..Bounds::default()
-                    };
-                }
+            let t = &g.tensor(t).name;
+            if last_use.get(t) == Some(&i) {
+                bound.remove(t);
+                prob.remove(t);
             }
         }
     }
-    let events = g.ops.iter().map(|op| all[&g.tensor(op.output).name].events()).sum();
-    let rigorous = all.iter().map(|(k, v)| (k.clone(), v.b.clone())).collect();
-    let bound = all.into_iter().map(|(k, v)| (k, v.comb)).collect();
-    Ok(Evaluated { device: vals, exact, bound, rigorous, events })
-}
-
-/// One rounding to a format (`dtype`, FP8 `scale`) of values whose exact values are `ex`: at
-/// most half an ulp at the magnitude the value can have, a random source in the probabilistic
-/// branch.
-fn rounding_parts(ex: &[f64], input: &Bounds, dtype: DType, scale: i8) -> Vec<Elem> {
-    (0..ex.len())
-        .map(|e| {
-            let h = half_ulp(dtype, scale, ex[e].abs() + input.b[e]);
-            let rand = half_ulp(dtype, scale, ex[e].abs() + input.comb[e]);
-            Elem { slope: 1.0, slope_r: 1.0, carried: input.b[e], fresh: h, rand, det: 0.0 }
-        })
-        .collect()
-}
-
-/// Bounds of `a ± b` or `a·b` with broadcasting (`idx`: each output element's operand element),
-/// computed in f32 and rounded once to f16. Rigorous: `|Δ(p ± q)| ≤ bp + bq`,
-/// `|Δ(pq)| ≤ |p|bq + |q|bp + bp·bq`; row norms from the operands' rows where they vary along
-/// the last axis as the output does, else (a column broadcast along it) √D times the element's.
-/// Probabilistic: the random parts add (the operands may share sources: triangle inequality;
-/// an operand's own sources stay its element's own only when the other operand is exact and
-/// the operand is not broadcast), the product's first-order parts scale by the other operand's
-/// value, `Δp·Δq` is deterministic.
-/// One operand of a binary op: f64 values, bounds, the operand element of each output
-/// element, the operand's shape.
-type BinaryOperand<'a> = (&'a Vec<f64>, &'a Bounds, &'a Vec<usize>, &'a Vec<u64>);
-
-fn binary_bounds(op: BinaryOp, operands: [BinaryOperand<'_>; 2], ex: &[f64], d: usize) -> Bounds {
-    let [(ea, ba, ia, sa), (eb, bb, ib, sb)] = operands;
-    let n = ex.len();
-    let whole = |shape: &[u64]| shape.iter().product::<u64>() as usize == n;
-    // The operands' ellipsoids move where each output element reads one element of the random
-    // operand(s) in the same layout; otherwise they are folded into the box first.
-    let q_path = (bb.is_exact() && whole(sa))
-        || (ba.is_exact() && whole(sb))
-        || (whole(sa) && whole(sb) && ba.row_q(d).is_some() && bb.row_q(d).is_some());
-    let (fa, fb);
-    let (ba, bb) = if q_path {
-        (ba, bb)
-    } else {
-        fa = ba.folded();
-        fb = bb.folded();
-        (&fa, &fb)
-    };
-    // Whether each operand's own sources stay one output element's own.
-    let own = [whole(sa) && bb.is_exact(), whole(sb) && ba.is_exact()];
-    let mul = op == BinaryOp::Mul;
-    let (mut b, mut sd, mut dg, mut det, mut fresh, mut new_det) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for i in 0..n {
-        let (p, q) = (ea[ia[i]], eb[ib[i]]);
-        let (bp, bq, cp, cq) = (ba.b[ia[i]], bb.b[ib[i]], ba.comb[ia[i]], bb.comb[ib[i]]);
-        // First-order scale of each operand's error: 1, or the other operand's value.
-        let (wa, wb) = if mul { (q.abs(), p.abs()) } else { (1.0, 1.0) };
-        let carried = if mul { p.abs() * bq + q.abs() * bp + bp * bq } else { bp + bq };
-        let carried_c = if mul { p.abs() * cq + q.abs() * cp + cp * cq } else { cp + cq };
-        let h = half_ulp(DType::F16, 0, ex[i].abs() + carried);
-        b.push(carried + h);
-        fresh.push(h);
-        let (ga, gb) = (wa * ba.dg[ia[i]], wb * bb.dg[ib[i]]);
-        let mut s = wa * ba.sd[ia[i]] + wb * bb.sd[ib[i]];
-        let mut g = half_ulp(DType::F16, 0, ex[i].abs() + carried_c.min(carried));
-        for (keep, x) in [(own[0], ga), (own[1], gb)] {
-            if keep {
-                g = g.hypot(x);
-            } else {
-                s += x;
-            }
-        }
-        sd.push(s);
-        dg.push(g);
-        let nd = if mul { cp * cq } else { 0.0 };
-        new_det.push(nd);
-        det.push(wa * ba.det[ia[i]] + wb * bb.det[ib[i]] + nd);
-    }
-    // Per output row, each operand's row bound: its own row where it varies along the last axis
-    // as the output does, else √D times its element's.
-    let operand_rows = |shape: &[u64], idx: &[usize], rows: &[f64], elems: &[f64]| -> Vec<f64> {
-        let dl = shape.last().copied().unwrap_or(1) as usize;
-        let along = !shape.is_empty() && dl == d && d > 1;
-        (0..rows::count(n, d))
-            .map(|r| if along { rows[idx[r * d] / dl] } else { (d as f64).sqrt() * elems[idx[r * d]] })
-            .collect()
-    };
-    let row_max =
-        |v: &[f64], idx: &[usize], r: usize| (r * d..(r + 1) * d).map(|o| v[idx[o]]).fold(0f64, f64::max);
-    let (ra, rb) = (operand_rows(sa, ia, &ba.rho, &ba.b), operand_rows(sb, ib, &bb.rho, &bb.b));
-    let (va, vb) = (operand_rows(sa, ia, &ba.sv, &ba.sd), operand_rows(sb, ib, &bb.sv, &bb.sd));
-    let (da, db) = (operand_rows(sa, ia, &ba.dr, &ba.det), operand_rows(sb, ib, &bb.dr, &bb.det));
-    let (ga, gb) = (
-        operand_rows(sa, ia, &ba.dg_max(last_dim(sa)), &ba.dg),
-        operand_rows(sb, ib, &bb.dg_max(last_dim(sb)), &bb.dg),
-    );
-    let abs_a: Vec<f64> = ea.iter().map(|x| x.abs()).collect();
-    let abs_b: Vec<f64> = eb.iter().map(|x| x.abs()).collect();
-    let mag_b: Vec<f64> = eb.iter().zip(&bb.b).map(|(x, b)| x.abs() + b).collect();
-    let mut rho = Vec::new();
-    let mut sv = Vec::new();
-    let mut dr = Vec::new();
-    for r in 0..rows::count(n, d) {
-        let row = r * d..(r + 1) * d;
-        let fresh_norm = rows::norm(&fresh[row.clone()]);
-        let new_det_norm = rows::norm(&new_det[row.clone()]);
-        // Largest first-order scale of each operand over the row.
-        let (wa, wb, wa_r) = if mul {
-            (row_max(&abs_b, ib, r), row_max(&abs_a, ia, r), row_max(&mag_b, ib, r))
-        } else {
-            (1.0, 1.0, 1.0)
-        };
-        rho.push(wa_r * ra[r] + wb * rb[r] + fresh_norm);
-        // The operands' own sources that become shared join the shared part's covariance.
-        let shared_dg = |keep: bool, g: f64| if keep { 0.0 } else { g };
-        sv.push(wa * (va[r] + shared_dg(own[0], ga[r])) + wb * (vb[r] + shared_dg(own[1], gb[r])));
-        dr.push(wa * da[r] + wb * db[r] + new_det_norm);
-    }
-    // Covariances, where each operand is whole (not broadcast): scaled by the first-order
-    // factor; with both random, the operands' own parts join and the sum's cross-covariance is
-    // unknown.
-    let other_a: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
-    let other_b: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
-    let scale = |e: &[f64]| -> Vec<f64> {
-        if mul {
-            (0..n).map(|i| e[i].abs()).collect()
-        } else {
-            vec![1.0; n]
-        }
-    };
-    let c = if bb.is_exact() && whole(sa) {
-        // The exact operand's values at each output element.
-        let other: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
-        ba.row_cov(d).or(ba.cov.clone()).map(|c| c.scaled(&scale(&other)))
-    } else if ba.is_exact() && whole(sb) {
-        let other: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
-        bb.row_cov(d).or(bb.cov.clone()).map(|c| c.scaled(&scale(&other)))
-    } else if !(whole(sa) && whole(sb)) {
-        None
-    } else {
-        match (ba.row_cov(d), bb.row_cov(d)) {
-            (Some(mut ca), Some(mut cb)) => {
-                ca.add_diagonal(&ba.dg);
-                cb.add_diagonal(&bb.dg);
-                let other_b: Vec<f64> = (0..n).map(|i| eb[ib[i]]).collect();
-                let other_a: Vec<f64> = (0..n).map(|i| ea[ia[i]]).collect();
-                let (ca, cb) = (ca.scaled(&scale(&other_b)), cb.scaled(&scale(&other_a)));
-                let m =
-                    ca.m.chunks(d * d)
-                        .zip(cb.m.chunks(d * d))
-                        .flat_map(|(x, y)| cov::sum_unknown(x, y, d))
-                        .collect();
-                Some(cov::Cov { m, ..ca })
-            }
-            _ => None,
-        }
-    };
-    let q = if !q_path {
-        None
-    } else if bb.is_exact() && whole(sa) {
-        ba.q.as_ref().map(|q| q.scaled(&scale(&other_b)))
-    } else if ba.is_exact() && whole(sb) {
-        bb.q.as_ref().map(|q| q.scaled(&scale(&other_a)))
-    } else {
-        match (ba.row_q(d), bb.row_q(d)) {
-            (Some(qa), Some(qb)) => {
-                let (qa, qb) = (qa.scaled(&scale(&other_b)), qb.scaled(&scale(&other_a)));
-                let m =
-                    qa.m.chunks(d * d)
-                        .zip(qb.m.chunks(d * d))
-                        .flat_map(|(x, y)| cov::sum_unknown(x, y, d))
-                        .collect();
-                Some(cov::Cov { m, ..qa })
-            }
-            _ => None,
-        }
-    };
-    Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, d).with_cov(c, d).with_q(q)
-}
-
-/// The last axis of a shape (1 for a scalar).
-fn last_dim(shape: &[u64]) -> usize {
-    shape.last().copied().unwrap_or(1) as usize
-}
-
-/// GeLU's carried error for an input within `b` of the exact `x`: `|g(x̂) − g(x)| ≤
-/// |g'(x)|·b + ½·M₂·b²` with `M₂ = sup|g''| ≤ 0.8` (0.7979 = 2φ(0), at 0, for either form), and
-/// never more than the global slope 1.13 (sup |g'| = 1.1290) times b. Returns the slope bound
-/// over `[x − b, x + b]` (for the row norm) and the carried error.
-fn gelu_carried(form: GeluForm, x: f64, b: f64) -> (f64, f64) {
-    const M2: f64 = 0.8;
-    const LIP: f64 = 1.13;
-    let slope = match form {
-        GeluForm::Erf => {
-            let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-            0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)) + x * phi
-        }
-        GeluForm::Tanh => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            let t = (c * (x + 0.044715 * x * x * x)).tanh();
-            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
-        }
-    };
-    // 1 + 1e-9: the f64 evaluation of g'.
-    let local = slope.abs() * (1.0 + 1e-9) + 1e-15;
-    ((local + M2 * b).min(LIP), (local * b + 0.5 * M2 * b * b).min(LIP * b))
+    Ok(Evaluated { device: vals, exact, bound: combined, events, rigorous_max })
 }
 
 /// For each element of the box `starts .. starts + out` of a tensor of `shape` (row-major), its
@@ -816,156 +570,24 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// f64 softmax of each row and its bounds (docs/reliability.md "The verdict", softmax). With
-/// input errors `|Δx_l| ≤ b_l` (row norm ≤ ρ), `p̂_j/p_j = e^{φ_j}`, `φ_j = Δx_j − ln Σ_l p_l e^{Δx_l}`
-/// exactly, and `|ln Σ_l p_l e^{Δx_l}| ≤ L = min(ln Σ_l p_l e^{b_l}, m + ½e^{max b}·Σ_l p_l b_l²)`,
-/// `m = min(Σ p_l b_l, ‖p‖·ρ)` (Jensen below, `e^t ≤ 1 + t + ½t²e^{|t|}` above), so each
-/// probability moves by a factor within `e^{±(b_j + L)}`: its own input's error plus the
-/// p-weighted mean of the row's. The device's f32 arithmetic: `x − max` rounded (relative error
-/// of the exponential `e^{u·|x − max|} − 1`), `expf` within 2 u, the two-lane sum `γ(n/2 + 3)`,
-/// the reciprocal and the product; then one rounding to the output type.
-///
-/// Probabilistic branch: the linear part `p_j(Δx_j − p·Δx)` (`J = diag(p) − ppᵀ`,
-/// `‖J‖₂ ≤ max p`, row j of norm `p_j√(1 − 2p_j + ‖p‖²)`) maps the random part; the remainder
-/// `p_j((e^φ − 1 − φ) + (φ − φ_lin))` is at most `p_j(½Φ_j²e^{Φ_j} + ½e^{max B}Σ p_l B_l²)`,
-/// `Φ_j = B_j + L(B)` with the combined bounds B.
-fn softmax_exact(e: &[f64], input: &bounds::Bounds, n: usize, out: DType) -> (Vec<f64>, bounds::Bounds) {
-    let u32r = unit_roundoff(DType::F32);
-    let g_sum = gamma(n as u64 / 2 + 3, u32r);
-    let folded;
-    let input = if input.q.is_some() && input.row_q(n).is_none() {
-        folded = input.folded();
-        &folded
-    } else {
-        input
+/// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
+/// within e^±2δ; the device's f32 arithmetic (n-term sum in two lanes, exp, reciprocal, product)
+/// adds γ(n + 5, 2⁻²⁴) and the output rounding one unit roundoff of the output dtype plus its
+/// underflow spacing.
+fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
+    let rel = |delta: f64| {
+        (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 5, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
     };
-    let qin = input.row_q(n);
-    // Per row: values, [b, sd, dg, det], [ρ, sv, dr], the scale of the directed remainder −s·p.
-    type Row = (Vec<f64>, [Vec<f64>; 4], [f64; 3], f64);
-    let rows_out: Vec<Row> = (0..e.len() / n.max(1))
-        .into_par_iter()
-        .map(|r| {
-            let range = r * n..(r + 1) * n;
-            let (row, drow, crow) = (&e[range.clone()], &input.b[range.clone()], &input.comb[range.clone()]);
-            let (sd_in, dg_in, det_in) =
-                (&input.sd[range.clone()], &input.dg[range.clone()], &input.det[range.clone()]);
+    e.par_chunks(n)
+        .zip(d.par_chunks(n))
+        .flat_map_iter(|(row, drow)| {
             let mx = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
             let s: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-            let p: Vec<f64> = row.iter().map(|v| (v - mx).exp() / s).collect();
-            let p_norm = rows::norm(&p);
-            // L for a set of input bounds (rigorous b or combined B).
-            let ell = |bd: &[f64], rho: f64| {
-                let b_max = bd.iter().fold(0f64, |m, v| m.max(*v));
-                let rho = rho.min(rows::norm(bd));
-                let l1 = p.iter().zip(bd).map(|(p, b)| p * b.exp()).sum::<f64>().ln();
-                let pb: f64 = p.iter().zip(bd).map(|(p, b)| p * b).sum();
-                let pb2: f64 = p.iter().zip(bd).map(|(p, b)| p * b * b).sum();
-                (l1.min(pb.min(p_norm * rho) + 0.5 * b_max.exp() * pb2), b_max, pb2)
-            };
-            let (l, b_max, _) = ell(drow, input.rho[r]);
-            let (lc, c_max, pc2) = ell(crow, input.rho[r]);
-            // Relative error of each exponential the device sums, and of the sum (with each set
-            // of input bounds).
-            let f32_rel = |bd: &[f64], b_max: f64, l: f64| -> (Vec<f64>, f64) {
-                let theta: Vec<f64> = row
-                    .iter()
-                    .zip(bd)
-                    .map(|(x, b)| (u32r * ((x - mx).abs() + b + b_max)).exp_m1() + 2.0 * u32r)
-                    .collect();
-                let theta_mean: f64 =
-                    p.iter().zip(bd).zip(&theta).map(|((p, b), t)| p * (b + l).exp() * t).sum();
-                let theta_s = g_sum * (1.0 + theta_mean) + theta_mean;
-                let psi = theta
-                    .iter()
-                    .map(|t| {
-                        if theta_s < 1.0 {
-                            (1.0 + t) * (1.0 + u32r).powi(2) / (1.0 - theta_s) - 1.0
-                        } else {
-                            f64::INFINITY
-                        }
-                    })
-                    .collect();
-                (psi, theta_s)
-            };
-            let (psi_r, _) = f32_rel(drow, b_max, l);
-            let (psi_c, _) = f32_rel(crow, c_max, lc);
-            let pmean = |v: &[f64]| p.iter().zip(v).map(|(p, s)| p * s).sum::<f64>();
-            let (mean_sd, mean_det) = (pmean(sd_in), pmean(det_in));
-            let pdg2: f64 = p.iter().zip(dg_in).map(|(p, g)| p * p * g * g).sum();
-            let dg_max = dg_in.iter().fold(0f64, |m, x| m.max(*x));
-            let mut cols: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(n));
-            let (mut p_max, mut new_det_sq) = (0f64, 0f64);
-            for j in 0..n {
-                let (psi, psic) = (psi_r[j], psi_c[j]);
-                // Whatever the inputs, the device's probability is in [0, 1]: where the input's
-                // errors are that large, |p̂ − p| ≤ max(p, 1 − p) (the only global fallback).
-                let cap = p[j].max(1.0 - p[j]) + 2f64.powi(-20);
-                let capped = |c: f64| if c.is_nan() || c > cap { cap } else { c };
-                let carried = capped(p[j] * ((drow[j] + l).exp() * (1.0 + psi) - 1.0));
-                let h = half_ulp(out, 0, p[j] + carried);
-                cols[0].push(carried + h);
-                let phi = crow[j] + lc;
-                let carried_c = capped(p[j] * (phi.exp() * (1.0 + psic) - 1.0));
-                let h_c = half_ulp(out, 0, p[j] + carried_c.min(carried));
-                // Probabilistic branch: J = diag(p) − ppᵀ maps the random part (row j of norm
-                // p_j·‖e_j − p‖; the own sources exactly: p_j·√(dg_j²(1 − 2p_j) + Σ p_l²dg_l²)).
-                let row_j = (1.0 - 2.0 * p[j] + p_norm * p_norm).max(0.0).sqrt();
-                let sd = p[j] * (sd_in[j] + mean_sd).min(input.sv[r] * row_j)
-                    + p[j] * (dg_in[j] * dg_in[j] * (1.0 - 2.0 * p[j]) + pdg2).max(0.0).sqrt();
-                // The remainder p_j((e^φ − 1 − φ) + (φ − φ_lin)): the first a box, the second
-                // −s·p_j with 0 ≤ s ≤ ½e^{max B}Σ p B², the direction p (an ellipsoid of rank one,
-                // or the box without ellipsoids).
-                let s_box = if qin.is_none() { 0.5 * c_max.exp() * pc2 } else { 0.0 };
-                let new_det = p[j] * (0.5 * phi * phi * phi.exp() + s_box) + p[j] * phi.exp() * psic;
-                new_det_sq += new_det * new_det;
-                let det = p[j] * (det_in[j] + mean_det).min(input.dr[r] * row_j) + new_det;
-                cols[1].push(sd);
-                cols[2].push(h_c);
-                cols[3].push(det);
-                p_max = p_max.max(p[j]);
-            }
-            let rho = rows::norm(&cols[0]);
-            let sv = p_max * (input.sv[r] + dg_max);
-            let dr = p_max * input.dr[r] + new_det_sq.sqrt();
-            (p, cols, [rho, sv, dr], 0.5 * c_max.exp() * pc2)
+            let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
+            row.iter().map(move |v| {
+                let p = (v - mx).exp() / s;
+                (p, p * r + underflow_error(out))
+            })
         })
-        .collect();
-    let mut ex = Vec::with_capacity(e.len());
-    let mut el: [Vec<f64>; 4] = std::array::from_fn(|_| Vec::with_capacity(e.len()));
-    let mut rw: [Vec<f64>; 3] = std::array::from_fn(|_| Vec::new());
-    let mut s_dirs = Vec::new();
-    for (p, c, q, s_dir) in rows_out {
-        s_dirs.push(s_dir);
-        ex.extend(p);
-        for (dst, src) in el.iter_mut().zip(c) {
-            dst.extend(src);
-        }
-        for (dst, src) in rw.iter_mut().zip(q) {
-            dst.push(src);
-        }
-    }
-    let [b, sd, dg, det] = el;
-    let [rho, sv, dr] = rw;
-    // Covariances: C ↦ J·(C + diag(dg²))·Jᵀ per row.
-    let cov = input.row_cov(n).map(|mut c| {
-        c.add_diagonal(&input.dg);
-        c.m.par_chunks_mut(n * n).zip(ex.par_chunks(n)).for_each(|(m, p)| {
-            let out = cov::softmax_map(m, p);
-            m.copy_from_slice(&out);
-        });
-        c
-    });
-    // Ellipsoids: Q ↦ J·Q·Jᵀ, beside the remainder's (s·p)(s·p)ᵀ.
-    let q = qin.map(|mut c| {
-        c.m.par_chunks_mut(n * n).zip(ex.par_chunks(n)).zip(s_dirs.par_iter()).for_each(|((m, p), s)| {
-            let mut out = cov::softmax_map(m, p);
-            if *s > 0.0 {
-                let uu: Vec<f64> = (0..n * n).map(|e| s * s * p[e / n] * p[e % n]).collect();
-                out = cov::sum_unknown(&out, &uu, n);
-            }
-            m.copy_from_slice(&out);
-        });
-        c
-    });
-    (ex, bounds::Bounds::new(Parts { b, rho, sd, dg, sv, det, dr }, n).with_cov(cov, n).with_q(q))
+        .unzip()
 }
