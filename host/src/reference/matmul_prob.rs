@@ -66,18 +66,31 @@ fn stats(x: &[f64], entries: usize, rows: usize, cols: usize, per_row: bool) -> 
     let per = if per_row { rows } else { cols };
     let (mut n2, mut s1, mut mx) =
         (vec![0f64; entries * per], vec![0f64; entries * per], vec![0f64; entries * per]);
+    let at = |bi: usize, r: usize, c: usize| {
+        (x[bi * rows * cols + r * cols + c], bi * per + if per_row { r } else { c })
+    };
     for bi in 0..entries {
         for r in 0..rows {
             for c in 0..cols {
-                let v = x[bi * rows * cols + r * cols + c];
-                let o = bi * per + if per_row { r } else { c };
-                n2[o] += v * v;
+                let (v, o) = at(bi, r, c);
                 s1[o] += v.abs();
                 mx[o] = mx[o].max(v.abs());
             }
         }
     }
-    n2.iter_mut().for_each(|v| *v = v.sqrt());
+    // The norm scaled by the largest value: finite whenever the elements are (bounds of 10¹⁸⁰
+    // after a loose softmax would overflow a plain sum of squares).
+    for bi in 0..entries {
+        for r in 0..rows {
+            for c in 0..cols {
+                let (v, o) = at(bi, r, c);
+                if mx[o] > 0.0 {
+                    n2[o] += (v / mx[o]) * (v / mx[o]);
+                }
+            }
+        }
+    }
+    n2.iter_mut().zip(&mx).for_each(|(v, m)| *v = *m * v.sqrt());
     [n2, s1, mx]
 }
 

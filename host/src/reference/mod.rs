@@ -573,7 +573,7 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
 /// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
 /// within e^±2δ; the device's f32 arithmetic (n-term sum in two lanes, exp, reciprocal, product)
 /// adds γ(n + 5, 2⁻²⁴) and the output rounding one unit roundoff of the output dtype plus its
-/// underflow spacing.
+/// underflow spacing; never more than max(p, 1 − p), both being probabilities.
 fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
     let rel = |delta: f64| {
         (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 5, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
@@ -586,7 +586,9 @@ fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f
             let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
             row.iter().map(move |v| {
                 let p = (v - mx).exp() / s;
-                (p, p * r + underflow_error(out))
+                // The device's probabilities are in [0, 1]: never more than max(p, 1 − p) away
+                // (where e^{2δ} overflows, and p·∞ is NaN for p = 0).
+                (p, (p * r).min(p.max(1.0 - p)) + underflow_error(out))
             })
         })
         .unzip()

@@ -263,6 +263,10 @@ pub fn softmax(pin: &Prob, p: &[f64], n: usize, out: DType) -> Prob {
                 let (g, gm1) = exp_up(del);
                 let sd = pj * g * (sig * sig + vr).sqrt();
                 let dd = pj * (g * mr + gm1) + pj * f32_rel * exp_up(LAMBDA * sig).0 * g;
+                // Beyond what this bounds (or not finite: e^{2v} overflows), the fact that both
+                // probabilities are in [0, 1], as a deterministic part.
+                let cap = pj.max(1.0 - pj);
+                let (sd, dd) = if LAMBDA * sd + dd <= cap { (sd, dd) } else { (0.0, cap) };
                 let (a, b) = rounded(*pj, sd, dd, out, 0);
                 so[j] = a;
                 dso[j] = b;
