@@ -136,8 +136,9 @@ pub fn exact(
 /// bound `(λ√Σz²s² + Σ|z|d)/D` and `‖δ‖² ≤ ‖Δx‖²` at its mean `Σs²` plus λ standard deviations
 /// (Gaussian first-order errors, model M3 of `prob.rs`; two more statements per row,
 /// [`prob_events`]);
-/// infinite where `|a|` can reach 1 (the errors as large as the row's spread). Then the
-/// kernel's f32 statistics (as [`exact`]), γ and β (and their errors) and one f16 rounding.
+/// infinite where `|a|` can reach ½ (the errors comparable to the row's spread). Then the
+/// kernel's f32 statistics (as [`exact`], but its roundings random: `√n·u` for `n·u`), γ and β
+/// (and their errors) and one f16 rounding.
 pub fn prob(
     ex: &[f64],
     pin: &super::prob::Prob,
@@ -148,7 +149,7 @@ pub fn prob(
 ) -> super::prob::Prob {
     use super::prob::{rounded, Prob, LAMBDA};
     let u32r = super::unit_roundoff(ipu_schema::DType::F32);
-    let gam = super::gamma(2 * d as u64 + 16, u32r);
+    let gam_s = ((2 * d + 16) as f64).sqrt() * u32r;
     let mut s_out = vec![0f64; ex.len()];
     let mut d_out = vec![0f64; ex.len()];
     s_out.par_chunks_mut(d).zip(d_out.par_chunks_mut(d)).zip(ex.par_chunks(d)).enumerate().for_each(
@@ -202,8 +203,11 @@ pub fn prob(
                 let dz1 = (dd[i] + d_mean + zi * zd_mean) / sigma;
                 let delta = m[i] + m_mean;
                 let second = (delta / sigma + zi * w_abs) * w_abs / (1.0 - w_abs).max(0.0) + zi * r_w;
-                let fz = gam * ((a_mean / sigma) * (2.0 + 2.0 * zi) + 2.0 * zi + 2.0);
-                let dz = dz1 + second + fz;
+                // The kernel's f32 statistics: the 2D + 16 roundings of `exact`'s γ, random
+                // (model M1): scale √(2D + 16)·u₃₂ in place of (2D + 16)·u₃₂.
+                let fz = gam_s * ((a_mean / sigma) * (2.0 + 2.0 * zi) + 2.0 * zi + 2.0);
+                let sz = sz.hypot(fz);
+                let dz = dz1 + second;
                 let mz = LAMBDA * sz + dz;
                 let (g, gp) = (gamma.0.map_or(1.0, |v| v[i]), gamma.1);
                 let (b, bp) = (beta.0.map_or(0.0, |v| v[i]), beta.1);

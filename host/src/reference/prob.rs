@@ -125,22 +125,29 @@ fn gelu_slope(form: GeluForm, x: f64) -> f64 {
     }
 }
 
-/// GeLU: the slope at the exact x carries the random part; the remainder
-/// `min(½·0.8·m², (1.13 + |g'|)·m)` (sup|g''| ≤ 0.8 for either form, sup|g'| ≤ 1.13) at the
-/// input's probabilistic magnitude m, the formula's f32 error and one f16 rounding are the rest.
+/// GeLU: the slope at the exact x carries the random part; the remainder `≤ ½·0.8·Δx²`
+/// (sup|g''| ≤ 0.8 for either form) at its Gaussian mean and fluctuation (model M3), never
+/// above `min(0.4m², (1.13 + |g'|)·m)` at the probabilistic magnitude m (sup|g'| ≤ 1.13); the
+/// formula's f32 error and one f16 rounding.
 pub fn gelu(form: GeluForm, p: &Prob, ein: &[f64], ex: &[f64]) -> Prob {
     let (s, d) = (0..ex.len())
         .into_par_iter()
         .map(|e| {
             let (x, y) = (ein[e], ex[e]);
             let g1 = gelu_slope(form, x).abs();
-            let m = p.mag(e);
-            let rem = (0.4 * m * m).min((1.13 + g1) * m);
+            let (m, se, de) = (p.mag(e), p.s[e], p.d[e]);
+            // The remainder ≤ 0.4Δ²: with the first-order error Gaussian (model M3) its mean
+            // 0.4(s² + 2λsd + d²) and its fluctuation 0.4·√2·s² (random); never above the
+            // worst case at the probabilistic magnitude.
+            let (rem_d, rem_s) =
+                (0.4 * (se * se + de * (2.0 * LAMBDA * se + de)), 0.4 * std::f64::consts::SQRT_2 * se * se);
+            let worst = (0.4 * m * m).min((1.13 + g1) * m);
+            let (rem_d, rem_s) = if rem_d + LAMBDA * rem_s < worst { (rem_d, rem_s) } else { (worst, 0.0) };
             let formula = match form {
                 GeluForm::Tanh => 0.5 * (x.abs() + m) * 64.0 * U32,
                 GeluForm::Erf => (x.abs() + m) * (0.75e-7 + 40.0 * U32),
             } + 8.0 * U32 * y.abs();
-            rounded(y, g1 * p.s[e], g1 * p.d[e] + rem + formula, DType::F16, 0)
+            rounded(y, (g1 * se).hypot(rem_s), g1 * de + rem_d + formula, DType::F16, 0)
         })
         .unzip();
     Prob { s, d }
