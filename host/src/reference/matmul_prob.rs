@@ -74,7 +74,8 @@ fn stats(x: &[f64], entries: usize, rows: usize, cols: usize, per_row: bool) -> 
             for c in 0..cols {
                 let (v, o) = at(bi, r, c);
                 s1[o] += v.abs();
-                mx[o] = mx[o].max(v.abs());
+                // NaN (an undefined bound) stays NaN; f64::max would drop it.
+                mx[o] = if v.is_nan() || mx[o].is_nan() { f64::NAN } else { mx[o].max(v.abs()) };
             }
         }
     }
@@ -84,13 +85,14 @@ fn stats(x: &[f64], entries: usize, rows: usize, cols: usize, per_row: bool) -> 
         for r in 0..rows {
             for c in 0..cols {
                 let (v, o) = at(bi, r, c);
-                if mx[o] > 0.0 {
+                if mx[o] > 0.0 && mx[o].is_finite() {
                     n2[o] += (v / mx[o]) * (v / mx[o]);
                 }
             }
         }
     }
-    n2.iter_mut().zip(&mx).for_each(|(v, m)| *v = *m * v.sqrt());
+    // An infinite or NaN element makes the norm the same.
+    n2.iter_mut().zip(&mx).for_each(|(v, m)| *v = if m.is_finite() { *m * v.sqrt() } else { *m });
     [n2, s1, mx]
 }
 
