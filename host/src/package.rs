@@ -403,11 +403,16 @@ impl Package {
                 |id: &ipu_core::graph::TensorId| bound.iter().any(|b| b.name == g.tensor(*id).name);
             let ids: Vec<ipu_core::graph::TensorId> =
                 all.iter().copied().filter(|id| g.is_needed(*id) || is_bound(id)).collect();
+            let unknown = bound.iter().any(|b| !ids.iter().any(|id| g.tensor(*id).name == b.name));
+            if bound.len() != ids.len() {
+                let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
+                let want: Vec<&str> = ids.iter().map(|id| g.tensor(*id).name.as_str()).collect();
+                return bad(format!("the model has {word}s {want:?} but the package binds {names:?}"));
+            }
             if let Some(id) = ids.iter().find(|id| !is_bound(id)) {
                 return bad(format!("model {word} `{}` has no {word} binding", g.tensor(*id).name));
             }
-            let unknown = bound.iter().any(|b| !ids.iter().any(|id| g.tensor(*id).name == b.name));
-            if bound.len() != ids.len() || unknown {
+            if unknown {
                 let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();
                 let want: Vec<&str> = ids.iter().map(|id| g.tensor(*id).name.as_str()).collect();
                 return bad(format!("the model has {word}s {want:?} but the package binds {names:?}"));

@@ -102,6 +102,63 @@ fn product_on<const T: usize>(a: [&[f64]; T], b: [&Panels; T], rows: usize, simd
     out
 }
 
+/// The sums over consecutive ranges of k: `out[q][i][j] = Σ_{cuts[q] ≤ k < cuts[q+1]} a[i][k]·b[k][j]`
+/// (each in the plain loop's order, as [`product`] of the range would give it), laid out as
+/// `[ranges][rows][n]`. One pass over A and B: the register block's sums are stored and
+/// restarted at each cut.
+pub fn product_ranges(a: &[f64], b: &Panels, rows: usize, cuts: &[usize]) -> Vec<f64> {
+    #[cfg(target_arch = "x86_64")]
+    let simd = std::is_x86_feature_detected!("avx2");
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
+    product_ranges_on(a, b, rows, cuts, simd)
+}
+
+fn product_ranges_on(a: &[f64], b: &Panels, rows: usize, cuts: &[usize], simd: bool) -> Vec<f64> {
+    let (k, n) = (b.k, b.n);
+    assert!(a.len() >= rows * k, "operand shorter than its shape");
+    assert!(cuts.first() == Some(&0) && cuts.last() == Some(&k), "ranges cover k");
+    let ranges = cuts.len() - 1;
+    let zero = vec![0f64; k];
+    let mut out = vec![0f64; ranges * rows * n];
+    for i0 in (0..rows).step_by(R) {
+        let a_rows: [&[f64]; R] =
+            core::array::from_fn(
+                |r| if i0 + r < rows { &a[(i0 + r) * k..(i0 + r + 1) * k] } else { &zero[..] },
+            );
+        for q in 0..n.div_ceil(C) {
+            let panel = b.panel(q);
+            for g in 0..ranges {
+                let (k0, k1) = (cuts[g], cuts[g + 1]);
+                let sub: [[&[f64]; R]; 1] = [core::array::from_fn(|r| &a_rows[r][k0..k1])];
+                let pan = [&panel[k0 * C..k1 * C]];
+                #[cfg(target_arch = "x86_64")]
+                let acc = if simd {
+                    // SAFETY: the host has AVX2 (checked by the caller).
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        block_avx2::<1>(&sub, &pan, k1 - k0)
+                    }
+                } else {
+                    block_any::<1>(&sub, &pan, k1 - k0)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                let acc = {
+                    let _ = simd;
+                    block_any::<1>(&sub, &pan, k1 - k0)
+                };
+                let base = g * rows * n;
+                for (r, acc_r) in acc.iter().enumerate().take(rows - i0) {
+                    let cols = C.min(n - q * C);
+                    out[base + (i0 + r) * n + q * C..base + (i0 + r) * n + q * C + cols]
+                        .copy_from_slice(&acc_r[..cols]);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The R×C sums of one register block, k ascending, one lane at a time.
 fn block_any<const T: usize>(a: &[[&[f64]; R]; T], b: &[&[f64]; T], k: usize) -> [[f64; C]; R] {
     let mut acc = [[0f64; C]; R];
@@ -192,6 +249,29 @@ mod tests {
                 assert_eq!(two[i * n + j].to_bits(), s2.to_bits(), "({i}, {j})");
                 let split: f64 = (0..k).map(|kk| a1[i * k + kk] * b1[kk * n + j]).rev().sum();
                 differs_from_pairwise |= split.to_bits() != s1.to_bits();
+            }
+        }
+        // Ranges of k: each range's sums are the plain loop's over that range.
+        let cuts = [0, 16, 17, 32, k];
+        for simd in [false, true] {
+            if simd && !cfg!(target_arch = "x86_64") {
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if simd && !std::is_x86_feature_detected!("avx2") {
+                continue;
+            }
+            let parts = product_ranges_on(&a1, &p1, rows, &cuts, simd);
+            for g in 0..cuts.len() - 1 {
+                for i in 0..rows {
+                    for j in 0..n {
+                        let mut s = 0f64;
+                        for kk in cuts[g]..cuts[g + 1] {
+                            s += a1[i * k + kk] * b1[kk * n + j];
+                        }
+                        assert_eq!(parts[(g * rows + i) * n + j].to_bits(), s.to_bits(), "{g} ({i}, {j})");
+                    }
+                }
             }
         }
         // The data is such that another order gives other bits, so the check above means something.

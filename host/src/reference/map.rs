@@ -66,7 +66,7 @@ pub fn exact(func: MapFn, exponent: f32, x: f64) -> f64 {
 /// The f32 formula's own error at `x` (result `y`), before the f16 rounding: one ulp for libm's
 /// `expf`/`logf`, half an ulp per rounded operation, Abramowitz & Stegun's 1.5e−7 for erf. Each
 /// is checked against the f64 definition on every f16 input (`tests/tests/map.rs`).
-fn formula_error(func: MapFn, exponent: f32, x: f64, y: f64) -> f64 {
+pub fn formula_error(func: MapFn, exponent: f32, x: f64, y: f64) -> f64 {
     let ulp = 2f64.powi(-24);
     match func {
         // 1 − q with q = 2/(e + 1) ≤ 2: four roundings and expf's ulp, each ≤ 2 ulps of 1.
@@ -102,7 +102,17 @@ pub fn bound(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
     if y.is_nan() && b == 0.0 {
         return 0.0;
     }
-    let carried = if b == 0.0 {
+    let total = carried(func, exponent, x, b, y) + formula_error(func, exponent, x, y);
+    if y.abs() + total >= 65520.0 {
+        return f64::INFINITY;
+    }
+    total + unit_roundoff(DType::F16) * (y.abs() + total) + underflow_error(DType::F16)
+}
+
+/// How far f moves over `[x − b, x + b]` from `y = f(x)` (every function is monotone there, or
+/// 1-Lipschitz for abs; unbounded when the interval meets a pole or leaves the domain).
+pub fn carried(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
+    if b == 0.0 {
         0.0
     } else if matches!(func, MapFn::Abs | MapFn::Max | MapFn::Min) {
         // 1-Lipschitz.
@@ -117,10 +127,51 @@ pub fn bound(func: MapFn, exponent: f32, x: f64, b: f64, y: f64) -> f64 {
     } else {
         let d = (exact(func, exponent, x + b) - y).abs().max((exact(func, exponent, x - b) - y).abs());
         d * (1.0 + 1e-12)
-    };
-    let total = carried + formula_error(func, exponent, x, y);
-    if y.abs() + total >= 65520.0 {
-        return f64::INFINITY;
     }
-    total + unit_roundoff(DType::F16) * (y.abs() + total) + underflow_error(DType::F16)
+}
+
+/// `|f'(x)|` at the exact input (NaN outside the domain).
+pub fn slope(func: MapFn, exponent: f32, x: f64) -> f64 {
+    match func {
+        MapFn::Tanh => 1.0 - x.tanh().powi(2),
+        MapFn::Sigmoid => {
+            let s = 1.0 / (1.0 + (-x).exp());
+            s * (1.0 - s)
+        }
+        MapFn::Exp => x.exp(),
+        MapFn::Log if x > 0.0 => 1.0 / x,
+        MapFn::Sqrt if x > 0.0 => 0.5 / x.sqrt(),
+        MapFn::Reciprocal if x != 0.0 => 1.0 / (x * x),
+        MapFn::Abs => 1.0,
+        MapFn::Erf => 2.0 / std::f64::consts::PI.sqrt() * (-x * x).exp(),
+        MapFn::Pow if x > 0.0 => (exponent as f64 * x.powf(exponent as f64 - 1.0)).abs(),
+        _ => f64::NAN,
+    }
+}
+
+/// A bound on `|f(x + Δ) − f(x) − f'(x)·Δ|` for `|Δ| ≤ r`: `½·sup|f''|·r²` over `[x − r, x + r]`
+/// (`sup|tanh''| = 4/(3√3)`, `sup|σ''| = √3/18`, `sup|erf''| = (4/√π)e^{−1/2}/√2`; the others are
+/// monotone in |f''| on each side of their pole, so the sup is at an end); abs: 0 unless the
+/// interval reaches 0, then 2r. Infinite where the interval leaves the domain.
+pub fn remainder(func: MapFn, exponent: f32, x: f64, r: f64) -> f64 {
+    if r == 0.0 {
+        return 0.0;
+    }
+    let (lo, hi) = (x - r, x + r);
+    let curvature = match func {
+        MapFn::Tanh => 0.7699,
+        MapFn::Sigmoid => 0.0963,
+        MapFn::Erf => 0.968,
+        MapFn::Exp => hi.exp(),
+        MapFn::Log if lo > 0.0 => 1.0 / (lo * lo),
+        MapFn::Sqrt if lo > 0.0 => 0.25 * lo.powf(-1.5),
+        MapFn::Reciprocal if lo > 0.0 || hi < 0.0 => 2.0 / lo.abs().min(hi.abs()).powi(3),
+        MapFn::Pow if lo > 0.0 => {
+            let c = exponent as f64;
+            (c * (c - 1.0)).abs() * lo.powf(c - 2.0).max(hi.powf(c - 2.0))
+        }
+        MapFn::Abs => return if x.abs() > r { 0.0 } else { 2.0 * r },
+        _ => f64::INFINITY,
+    };
+    0.5 * curvature * r * r * (1.0 + 1e-9)
 }

@@ -17,7 +17,11 @@ mod gemm64;
 mod layernorm;
 pub mod map;
 mod matmul;
+mod matmul_prob;
+mod prob;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
+use prob::Prob;
+pub use prob::LAMBDA;
 use std::collections::BTreeMap;
 
 /// A tensor on the host: f32 values of its dtype (exact for f16), or FP8 codes as 0..=255.
@@ -89,8 +93,16 @@ pub struct Evaluated {
     /// f64 values of the same graph on the real numbers (no rounding anywhere, casts included).
     pub exact: BTreeMap<String, Vec<f64>>,
     /// Per element, a bound on |device-precision value − f64 value| derived from each op's
-    /// rounding points and the bounds of its operands (docs/reliability.md "The verdict").
+    /// rounding points and the bounds of its operands (docs/reliability.md "The f64 bound"):
+    /// the smaller of the rigorous bound and the probabilistic one (`prob.rs`).
     pub bound: BTreeMap<String, Vec<f64>>,
+    /// Elements whose bound came from the probabilistic branch, plus that branch's per-row
+    /// statements (layer norms): under its model every bound of the run holds with probability
+    /// at least `1 − events·2·exp(−λ²/2)`.
+    pub events: u64,
+    /// Per tensor, the largest rigorous bound of its elements (where the probabilistic branch
+    /// is worth having: `examples/bound_probe.rs` prints them side by side).
+    pub rigorous_max: BTreeMap<String, f64>,
 }
 
 /// Unit roundoff (half an ulp, relative) of round-to-nearest in a dtype.
@@ -223,8 +235,22 @@ pub fn evaluate(
     }
     let mut vals = inputs.clone();
     let mut exact: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // `bound` carries the rigorous bounds from op to op, `prob` the probabilistic branch; both
+    // are dropped after a tensor's last reader, `combined` (their minimum) is kept.
     let mut bound: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut prob: BTreeMap<String, Prob> = BTreeMap::new();
+    let mut combined: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut events = 0u64;
+    let mut rigorous_max: BTreeMap<String, f64> = BTreeMap::new();
+    let mut last_use: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        for t in op.kind.operands() {
+            last_use.insert(g.tensor(t).name.clone(), i);
+        }
+    }
     for (name, t) in inputs {
+        prob.insert(name.clone(), Prob::exact(t.data.len()));
+        combined.insert(name.clone(), vec![0.0; t.data.len()]);
         // FP8 sources (params) stand for code · 2^scale.
         let scale = g.find(name).map(|id| g.tensor(id).scale).unwrap_or(0);
         exact.insert(name.clone(), (0..t.data.len()).map(|i| real(t, scale, i)).collect());
@@ -242,7 +268,7 @@ pub fn evaluate(
             let t = g.tensor(id);
             vals.get(&t.name).map(|v| (v, t.scale)).ok_or(format!("op {i}: no value for `{}`", t.name))
         };
-        let (value, ex, bd): (HostTensor, Vec<f64>, Vec<f64>) = match &op.kind {
+        let (value, ex, bd, pr): (HostTensor, Vec<f64>, Vec<f64>, Prob) = match &op.kind {
             OpKind::MatMul { a, b, transpose_a, transpose_b, accumulate, alpha } => {
                 let ((at, sa), (bt, sb)) = (get(*a)?, get(*b)?);
                 let (ta, tb) = (g.tensor(*a), g.tensor(*b));
@@ -264,7 +290,8 @@ pub fn evaluate(
                             al.abs() * d + rel * al.abs() * (e.abs() + d) + underflow_error(DType::F16)
                         })
                         .collect();
-                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd)
+                    let pr = prob::scaled(&prob[&ta.name], &ex, al);
+                    (HostTensor { dtype: at.dtype, shape: at.shape.clone(), data }, ex, bd, pr)
                 });
                 let alpha = if on_a { &None } else { alpha };
                 let at = scaled_a.as_ref().map_or(at, |s| &s.0);
@@ -286,32 +313,38 @@ pub fn evaluate(
                 };
                 let (c, shape) = matmul_device(&args);
                 let (_, m, k, n) = matmul_shape(ta, tb, *transpose_a, *transpose_b).unwrap();
-                let layout = MatMulLayout {
-                    m,
-                    k,
-                    n,
-                    ta: *transpose_a,
-                    tb: *transpose_b,
+                let block = if is_fp8(ta.dtype) { 32 } else { 16 };
+                let sh = matmul_prob::Shape {
+                    batch: c.len() / (m * n).max(1) as usize,
+                    m: m as usize,
+                    k: k as usize,
+                    n: n as usize,
                     a_batched: ta.shape.len() > 2,
                     b_batched: tb.shape.len() > 2,
-                };
-                let a_ops = scaled_a.as_ref().map_or((&exact[&ta.name], &bound[&ta.name]), |s| (&s.1, &s.2));
-                let ops = [a_ops, (&exact[&tb.name], &bound[&tb.name])];
-                let block = if is_fp8(ta.dtype) { 32 } else { 16 };
-                let rounding = Rounding {
+                    ta: *transpose_a,
+                    tb: *transpose_b,
                     acc: *accumulate,
-                    roundings: k.div_ceil(block) + tk,
+                    block,
+                    tk: tk as usize,
                     alpha: alpha.map(|a| a as f64),
+                    same: a == b,
                 };
-                let (ex, mut bd) = matmul_exact(&layout, ops, c.len() as u64, &rounding);
+                let pa = scaled_a
+                    .as_ref()
+                    .map_or((&exact[&ta.name][..], &bound[&ta.name][..], &prob[&ta.name]), |s| {
+                        (&s.1[..], &s.2[..], &s.3)
+                    });
+                let pb = (&exact[&tb.name][..], &bound[&tb.name][..], &prob[&tb.name]);
+                let (ex, mut bd, mut pr) = matmul_prob::matmul(&sh, pa, pb);
                 let mut c = c;
                 if out.dtype != *accumulate {
                     // f16 output of an f32 accumulation: one rounding of the finished sum.
                     let (u, sub) = (unit_roundoff(out.dtype), underflow_error(out.dtype));
                     c.iter_mut().for_each(|v| *v = round(*v, out.dtype));
                     bd.iter_mut().zip(&ex).for_each(|(b, e)| *b += u * (e.abs() + *b) + sub);
+                    pr = prob::round_all(&pr, &ex, out.dtype, 0);
                 }
-                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd)
+                (HostTensor { dtype: out.dtype, shape, data: c }, ex, bd, pr)
             }
             OpKind::Cast { input } => {
                 let (x, sin) = get(*input)?;
@@ -340,7 +373,14 @@ pub fn evaluate(
                     (unit_roundoff(out.dtype), underflow_error(out.dtype) * 2f64.powi(out.scale as i32));
                 let ex = exact[name].clone();
                 let bd = ex.iter().zip(&bound[name]).map(|(e, b)| b + u * (e.abs() + b) + sub).collect();
-                (t, ex, bd)
+                // Lossy: to FP8, or f32 to f16 (f16 → f32 and FP8 → f16 are exact).
+                let lossy = is_fp8(out.dtype) || (out.dtype == DType::F16 && x.dtype == DType::F32);
+                let pr = if lossy {
+                    prob::round_all(&prob[name], &ex, out.dtype, out.scale)
+                } else {
+                    prob[name].clone()
+                };
+                (t, ex, bd, pr)
             }
             OpKind::Gelu { input, form } => {
                 let (x, _) = get(*input)?;
@@ -374,7 +414,8 @@ pub fn evaluate(
                             + underflow_error(DType::F16)
                     })
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pr = prob::gelu(*form, &prob[name], ein, &ex);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Map { input, func, exponent } => {
                 let (x, _) = get(*input)?;
@@ -387,7 +428,8 @@ pub fn evaluate(
                     .zip(ein.iter().zip(bin))
                     .map(|(y, (x, b))| map::bound(*func, *exponent, *x, *b, *y))
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pr = prob::map(*func, *exponent, &prob[name], ein, &ex);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Binary { op, a, b } => {
                 let ((x, _), (y, _)) = (get(*a)?, get(*b)?);
@@ -418,7 +460,8 @@ pub fn evaluate(
                         carried + u * (ex[i].abs() + carried) + sub
                     })
                     .collect();
-                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd)
+                let pr = prob::binary(*op, (&prob[na], ea), (&prob[nb], eb), &ia, &ib, &ex);
+                (HostTensor { dtype: out.dtype, shape: out.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::LayerNorm { input, gamma, beta, eps } => {
                 let (x, _) = get(*input)?;
@@ -457,13 +500,18 @@ pub fn evaluate(
                 let n = name(*input);
                 let (ex, bd) =
                     layernorm::exact(&exact[&n], &bound[&n], d, affine(*gamma), affine(*beta), *eps);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pa = |t: Option<ipu_core::graph::TensorId>| {
+                    (t.map(|t| exact[&name(t)].as_slice()), t.map(|t| &prob[&name(t)]))
+                };
+                let pr = layernorm::prob(&exact[&n], &prob[&n], d, pa(*gamma), pa(*beta), *eps);
+                events += layernorm::prob_events(ex.len(), d);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
             OpKind::Reshape { input } => {
                 let (x, _) = get(*input)?;
                 let n = &g.tensor(*input).name;
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data: x.data.clone() };
-                (t, exact[n].clone(), bound[n].clone())
+                (t, exact[n].clone(), bound[n].clone(), prob[n].clone())
             }
             OpKind::Slice { input, starts } => {
                 let (x, _) = get(*input)?;
@@ -472,7 +520,7 @@ pub fn evaluate(
                 let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                (t, pick(&exact[n]), pick(&bound[n]))
+                (t, pick(&exact[n]), pick(&bound[n]), prob[n].pick(&from))
             }
             OpKind::Transpose { input, perm } => {
                 let (x, _) = get(*input)?;
@@ -481,7 +529,7 @@ pub fn evaluate(
                 let pick = |v: &[f64]| from.iter().map(|&i| v[i]).collect::<Vec<f64>>();
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
-                (t, pick(&exact[n]), pick(&bound[n]))
+                (t, pick(&exact[n]), pick(&bound[n]), prob[n].pick(&from))
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;
@@ -489,14 +537,29 @@ pub fn evaluate(
                 let name = &g.tensor(*input).name;
                 let n = *x.shape.last().unwrap() as usize;
                 let (ex, bd) = softmax_exact(&exact[name], &bound[name], n, out.dtype);
-                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd)
+                let pr = prob::softmax(&prob[name], &ex, n, out.dtype);
+                (HostTensor { dtype: out.dtype, shape: x.shape.clone(), data }, ex, bd, pr)
             }
         };
+        // The combined bound: the smaller (a NaN in one branch leaves the other; NaN in both,
+        // an undefined bound, stays NaN).
+        let comb: Vec<f64> = bd.par_iter().enumerate().map(|(e, r)| r.min(pr.mag(e))).collect();
+        events += bd.iter().enumerate().filter(|(e, r)| pr.mag(*e) < **r).count() as u64;
+        rigorous_max.insert(out.name.clone(), bd.iter().fold(0f64, |m, v| m.max(*v)));
         exact.insert(out.name.clone(), ex);
         bound.insert(out.name.clone(), bd);
+        prob.insert(out.name.clone(), pr);
+        combined.insert(out.name.clone(), comb);
         vals.insert(out.name.clone(), value);
+        for t in op.kind.operands() {
+            let t = &g.tensor(t).name;
+            if last_use.get(t) == Some(&i) {
+                bound.remove(t);
+                prob.remove(t);
+            }
+        }
     }
-    Ok(Evaluated { device: vals, exact, bound })
+    Ok(Evaluated { device: vals, exact, bound: combined, events, rigorous_max })
 }
 
 /// For each element of the box `starts .. starts + out` of a tensor of `shape` (row-major), its
@@ -516,122 +579,10 @@ fn slice_index(shape: &[u64], starts: &[u64], out: &[u64]) -> Vec<usize> {
         .collect()
 }
 
-/// Index arithmetic of a (batched, transposable) matmul.
-struct MatMulLayout {
-    m: u64,
-    k: u64,
-    n: u64,
-    ta: bool,
-    tb: bool,
-    a_batched: bool,
-    b_batched: bool,
-}
-
-/// The rounding points of the device's matmul.
-struct Rounding {
-    /// Partial-sum type: every block of K and every K-split merge rounds to it.
-    acc: DType,
-    /// Roundings on one output's path: K blocks plus K-split pieces.
-    roundings: u64,
-    /// Scalar applied last (the product is rounded to f16 once more).
-    alpha: Option<f64>,
-}
-
-/// f64 value and error bound of every output of `A·B`. With |a|, |b| the magnitudes (exact value
-/// plus its bound), the bound is Σ(δa·|b| + |a|·δb + δa·δb) for the operands' own errors, plus
-/// γ(roundings, u_acc)·Σ|a||b| for the partial-sum roundings, γ(K + 8, 2⁻²⁴)·Σ|a||b| for the f32
-/// sums inside the AMP, and one f16 rounding of the result when alpha is applied.
-fn matmul_exact(
-    l: &MatMulLayout,
-    ops: [(&Vec<f64>, &Vec<f64>); 2],
-    len: u64,
-    r: &Rounding,
-) -> (Vec<f64>, Vec<f64>) {
-    let [(ea, da), (eb, db)] = ops;
-    let (m, k, n) = (l.m as usize, l.k as usize, l.n as usize);
-    let round_acc = gamma(r.roundings, unit_roundoff(r.acc));
-    let round_f32 = gamma(k as u64 + 8, 2f64.powi(-24));
-    let under = r.roundings as f64 * underflow_error(r.acc);
-    let batch = len as usize / (m * n).max(1);
-    // Operands laid out once as [batch][m][k] and [batch][k][n] (row-major over the loop that
-    // vectorises), with |x| + δx beside each value; the f64 sums then run over contiguous rows.
-    let gather = |e: &[f64], d: &[f64], batched: bool, rows: usize, cols: usize, transposed: bool| {
-        let nb = if batched { batch } else { 1 };
-        let mut v = vec![0f64; nb * rows * cols];
-        let mut mag = vec![0f64; nb * rows * cols];
-        let mut del = vec![0f64; nb * rows * cols];
-        for bi in 0..nb {
-            for r0 in 0..rows {
-                for c in 0..cols {
-                    let src = bi * rows * cols + if transposed { c * rows + r0 } else { r0 * cols + c };
-                    let dst = bi * rows * cols + r0 * cols + c;
-                    v[dst] = e[src];
-                    mag[dst] = e[src].abs() + d[src];
-                    del[dst] = d[src];
-                }
-            }
-        }
-        (v, mag, del)
-    };
-    let (av, am, ad) = gather(ea, da, l.a_batched, m, k, l.ta);
-    let (bv, bm, bd) = gather(eb, db, l.b_batched, k, n, l.tb);
-    let exact_operands = ad.iter().all(|x| *x == 0.0) && bd.iter().all(|x| *x == 0.0);
-    let a_abs: Vec<f64> = if exact_operands { Vec::new() } else { av.iter().map(|v| v.abs()).collect() };
-    let al = r.alpha.unwrap_or(1.0);
-    // Row blocks of one batch entry, in parallel; each computes s = A·B, mag = (|A|+δA)·(|B|+δB)
-    // and, when the operands carry errors, prop = δA·(|B|+δB) + |A|·δB (gemm64: k-ordered sums).
-    // B's panels are packed once per batch entry and shared by every row block.
-    let b_entries = if l.b_batched { batch } else { 1 };
-    let pack = |x: &[f64]| -> Vec<gemm64::Panels> {
-        (0..b_entries).map(|bi| gemm64::Panels::new(&x[bi * k * n..(bi + 1) * k * n], k, n)).collect()
-    };
-    let (bv, bm) = (pack(&bv), pack(&bm));
-    let bd = if exact_operands { Vec::new() } else { pack(&bd) };
-    const ROWS: usize = 16;
-    let blocks: Vec<(usize, usize)> =
-        (0..batch).flat_map(|bi| (0..m).step_by(ROWS).map(move |i0| (bi, i0))).collect();
-    let rows: Vec<(Vec<f64>, Vec<f64>)> = blocks
-        .into_par_iter()
-        .flat_map_iter(|(bi, i0)| {
-            let nr = ROWS.min(m - i0);
-            let ab = (if l.a_batched { bi } else { 0 } * m + i0) * k;
-            let bb = if l.b_batched { bi } else { 0 };
-            let ar = ab..ab + nr * k;
-            let s = gemm64::product([&av[ar.clone()]], [&bv[bb]], nr);
-            let mag = gemm64::product([&am[ar.clone()]], [&bm[bb]], nr);
-            let prop = if exact_operands {
-                vec![0f64; nr * n]
-            } else {
-                gemm64::product([&ad[ar.clone()], &a_abs[ar]], [&bm[bb], &bd[bb]], nr)
-            };
-            (0..nr)
-                .map(|x| {
-                    let bounds = (x * n..(x + 1) * n)
-                        .map(|e| {
-                            let mut bd = al.abs() * (prop[e] + (round_acc + round_f32) * mag[e] + under);
-                            if r.alpha.is_some() {
-                                bd += unit_roundoff(DType::F16)
-                                    * al.abs()
-                                    * mag[e]
-                                    * (1.0 + round_acc + round_f32)
-                                    + underflow_error(DType::F16);
-                            }
-                            bd
-                        })
-                        .collect::<Vec<f64>>();
-                    (s[x * n..(x + 1) * n].iter().map(|v| v * al).collect::<Vec<f64>>(), bounds)
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let (ex, bd): (Vec<Vec<f64>>, Vec<Vec<f64>>) = rows.into_iter().unzip();
-    (ex.concat(), bd.concat())
-}
-
 /// f64 softmax of each row and its bound: input errors of at most δ change every ratio by a factor
 /// within e^±2δ; the device's f32 arithmetic (n-term sum in two lanes, exp, reciprocal, product)
 /// adds γ(n + 5, 2⁻²⁴) and the output rounding one unit roundoff of the output dtype plus its
-/// underflow spacing.
+/// underflow spacing; never more than max(p, 1 − p), both being probabilities.
 fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f64>) {
     let rel = |delta: f64| {
         (2.0 * delta).exp() * (1.0 + gamma(n as u64 + 5, 2f64.powi(-24))) * (1.0 + unit_roundoff(out)) - 1.0
@@ -644,10 +595,9 @@ fn softmax_exact(e: &[f64], d: &[f64], n: usize, out: DType) -> (Vec<f64>, Vec<f
             let r = rel(drow.iter().fold(0f64, |m, v| m.max(*v)));
             row.iter().map(move |v| {
                 let p = (v - mx).exp() / s;
-                // An unbounded input error leaves every weight unbounded, even one whose exact
-                // value is 0 (a masked key: 0·∞ would be NaN).
-                let b = if r.is_infinite() { f64::INFINITY } else { p * r + underflow_error(out) };
-                (p, b)
+                // The device's probabilities are in [0, 1]: never more than max(p, 1 − p) away
+                // (where e^{2δ} overflows, and p·∞ is NaN for p = 0).
+                (p, (p * r).min(p.max(1.0 - p)) + underflow_error(out))
             })
         })
         .unzip()
