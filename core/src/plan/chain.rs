@@ -573,11 +573,19 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         p.run(k, smol_str::format_smolstr!("d{}", p.steps.len()), words, n);
                     }
                     OpKind::MatMul { b: bt, accumulate, alpha, .. } => {
-                        if alpha.is_some() && accumulate != DType::F16 {
-                            return unsupported(ci, "alpha is applied in f16: it needs an f16 result".into());
-                        }
                         let (be, oc, kb, nb, _) = side_layout[&bt];
                         let fp8 = be == 32;
+                        // With f32 partial sums there is no f16 result to scale: alpha goes on the
+                        // row operand (rounded to f16 there, as `alpha_on_a` records), if it may.
+                        let f32_sums = accumulate != DType::F16;
+                        if alpha.is_some() && f32_sums && !alpha_rows_allowed(g, ci, fp8) {
+                            return unsupported(
+                                ci,
+                                "alpha with f32 accumulation is applied to the f16 row operand `a`, in place: \
+                                 `a` must be f16 and read by no other op nor be an output"
+                                    .into(),
+                            );
+                        }
                         if fp8 {
                             let (at, btt) = (g.tensor(src), g.tensor(bt));
                             let iscl = at.scale as i32 + btt.scale as i32;
@@ -600,7 +608,8 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         };
                         // Alpha on the row operand: `kb` blocks of `rows` rows of 32 bytes, far
                         // fewer values than the product's when the side operand is the wider one.
-                        let folded = alpha.filter(|_| alpha_on_rows(g, ci, fp8, cols(op.output), cols(src)));
+                        let folded = alpha
+                            .filter(|_| f32_sums || alpha_on_rows(g, ci, fp8, cols(op.output), cols(src)));
                         if let Some(alpha) = folded {
                             if b == 0 && i == 0 {
                                 alpha_on_a.push(ci);
@@ -915,13 +924,18 @@ fn softmax_e_row(n: u64) -> u64 {
 /// or the redistribution writes it anew before every run), and the result has more columns than
 /// `a`, so that fewer values are scaled (docs/kernels.md "Alpha on the row operand").
 fn alpha_on_rows(g: &Graph, op: usize, fp8: bool, out_cols: u64, a_cols: u64) -> bool {
+    alpha_rows_allowed(g, op, fp8) && out_cols > a_cols
+}
+
+/// Whether alpha may be applied to chain matmul `op`'s row operand in place (see
+/// [`alpha_on_rows`]); with f32 accumulation it must be, there being no f16 result to scale.
+fn alpha_rows_allowed(g: &Graph, op: usize, fp8: bool) -> bool {
     let a = row_input(&g.ops[op].kind);
     let readers = g.ops.iter().filter(|o| o.kind.operands().contains(&a)).count();
     !fp8 && g.tensor(a).dtype == DType::F16
         && readers == 1
         && !g.outputs.contains(&a)
         && !g.shared.contains(&a)
-        && out_cols > a_cols
 }
 
 /// The `ScaleF16` descriptor over a row operand in `[block][row][32 bytes]` layout (`kb` blocks of
