@@ -310,6 +310,7 @@ pub fn plan(
         }
         let stage_opts = PlanOptions { grid: None, profile: false, progress: None, ..opts };
         // The stage's mapping; a row-chain stage's refusal is marked as such.
+        let from_whole = whole.is_some();
         let (planned, chain_stage) = if let Some(p) = whole.take() {
             // The whole graph as one mapping (`plan::single`), planned by the caller.
             (Ok(p), false)
@@ -372,12 +373,34 @@ pub fn plan(
                 // The host writes the input itself where this stage reads its view.
                 let Some(slices) = redistribute::held_through(view, &b.slices).filter(|_| !b.transpose)
                 else {
-                    return Err(unsupported(
-                        ops[0],
-                        format!(
-                            "`{name}` is a slice of a model input that no earlier op reads; read the input itself"
-                        ),
-                    ));
+                    if b.transpose {
+                        return Err(unsupported(
+                            ops[0],
+                            format!(
+                                "`{name}` is a view of a model input read transposed; read the input itself"
+                            ),
+                        ));
+                    }
+                    // A slice: the input is placed in rows of its own (bound as any input) and
+                    // the slice moved from there to where this stage reads it.
+                    let (rows, buffers) =
+                        row_major(g.tensor(*base), opts.tiles, &format!("v{k}_{}_", base.0));
+                    for (t, buf) in buffers {
+                        merged.tiles[t as usize].buffers.push(buf);
+                    }
+                    moves.extend(
+                        redistribute::moves(name, &rows, &b.slices, view)
+                            .map_err(|e| unsupported(ops[0], e))?,
+                    );
+                    moved.push(name.clone());
+                    held.insert(*base, rows.clone());
+                    merged.bindings.push(BindingPlan {
+                        tensor: *base,
+                        direction: b.direction,
+                        transpose: false,
+                        slices: rows,
+                    });
+                    continue;
                 };
                 held.insert(*base, slices.clone());
                 merged.bindings.push(BindingPlan {
@@ -469,10 +492,21 @@ pub fn plan(
         merged.exchange_bytes += p.exchange_bytes;
         merged.eliminated_clears += p.eliminated_clears;
         if stages.len() == 1 {
-            // One stage: the graph as one mapping, described and gridded as that mapping is.
+            // One stage: the graph as one mapping, described as that mapping is. Planned whole,
+            // its op indices are the graph's; planned on its subgraph (views left out), the
+            // subgraph's, mapped as any stage's are.
             merged.mapping.extend(p.mapping);
-            merged.grids = p.grids;
-            merged.alpha_on_a = p.alpha_on_a;
+            if from_whole {
+                merged.grids = p.grids;
+                merged.alpha_on_a = p.alpha_on_a;
+            } else {
+                for (i, grid) in p.grids.into_iter().enumerate() {
+                    if let Some(&op) = ops.get(i) {
+                        merged.grids[op] = grid;
+                    }
+                }
+                merged.alpha_on_a.extend(p.alpha_on_a.iter().filter_map(|&i| ops.get(i).copied()));
+            }
             continue;
         }
         merged.mapping.extend(p.mapping.into_iter().map(|m| format!("stage {k}: {m}")));
