@@ -391,6 +391,7 @@ impl Package {
         // (read by no op, or only by ops whose results reach no output) may be left unbound, and
         // is checked like the others where it is bound. Outputs: exactly the model's.
         let (inputs, params) = (&g.inputs, &g.params);
+        let needed = g.needed();
         let dirs = [(Direction::Input, inputs), (Direction::Param, params), (Direction::Output, &g.outputs)];
         for (dir, all) in dirs {
             let word = match dir {
@@ -402,7 +403,7 @@ impl Package {
             let is_bound =
                 |id: &ipu_core::graph::TensorId| bound.iter().any(|b| b.name == g.tensor(*id).name);
             let ids: Vec<ipu_core::graph::TensorId> =
-                all.iter().copied().filter(|id| g.is_needed(*id) || is_bound(id)).collect();
+                all.iter().copied().filter(|id| needed[id.0 as usize] || is_bound(id)).collect();
             let unknown = bound.iter().any(|b| !ids.iter().any(|id| g.tensor(*id).name == b.name));
             if bound.len() != ids.len() {
                 let names: Vec<&str> = bound.iter().map(|b| b.name.as_str()).collect();

@@ -54,8 +54,7 @@ pub fn find(steps: &[Step], i: usize) -> Option<Run> {
         _ => None,
     };
     let (buf, w0, load, kernel, d0, issues) = pair(i)?;
-    let (_, w1, ..) = pair(i + 2)?;
-    let d1 = pair(i + 2)?.4;
+    let (_, w1, _, _, d1, _) = pair(i + 2)?;
     let (ws, ds) = (w1 as i64 - w0 as i64, d1.offset as i64 - d0.offset as i64);
     let imm = |v: i64| (-32768..=32767).contains(&v);
     if !imm(ws) || !imm(ds) {

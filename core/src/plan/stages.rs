@@ -383,23 +383,13 @@ pub fn plan(
                     }
                     // A slice: the input is placed in rows of its own (bound as any input) and
                     // the slice moved from there to where this stage reads it.
-                    let (rows, buffers) =
-                        row_major(g.tensor(*base), opts.tiles, &format!("v{k}_{}_", base.0));
-                    for (t, buf) in buffers {
-                        merged.tiles[t as usize].buffers.push(buf);
-                    }
+                    let rows = place_source(g, *base, opts.tiles, &mut merged);
                     moves.extend(
                         redistribute::moves(name, &rows, &b.slices, view)
                             .map_err(|e| unsupported(ops[0], e))?,
                     );
                     moved.push(name.clone());
-                    held.insert(*base, rows.clone());
-                    merged.bindings.push(BindingPlan {
-                        tensor: *base,
-                        direction: b.direction,
-                        transpose: false,
-                        slices: rows,
-                    });
+                    held.insert(*base, rows);
                     continue;
                 };
                 held.insert(*base, slices.clone());
@@ -523,27 +513,17 @@ pub fn plan(
     // slice view (its bytes are not rows of the held tensor).
     let mut copies: Vec<Move> = Vec::new();
     let mut copied = Vec::new();
-    let mut sources: BTreeMap<TensorId, Vec<SliceRef>> = BTreeMap::new();
     for &o in &g.outputs {
         if let Some((base, view)) = views.get(&o) {
             let name = &g.tensor(o).name;
             let producer = g.ops.iter().position(|op| op.output == o).unwrap_or(0);
             // A model input or param that only this output reads is placed in rows of its own
             // first (bound as any input; a param's values are embedded there).
-            if !held.contains_key(base) && g.is_source(*base) && !sources.contains_key(base) {
-                let (rows, buffers) = row_major(g.tensor(*base), opts.tiles, &format!("v{}_", sources.len()));
-                for (t, b) in buffers {
-                    merged.tiles[t as usize].buffers.push(b);
-                }
-                merged.bindings.push(BindingPlan {
-                    tensor: *base,
-                    direction: Direction::Input,
-                    transpose: false,
-                    slices: rows.clone(),
-                });
-                sources.insert(*base, rows);
+            if !held.contains_key(base) && g.is_source(*base) {
+                let rows = place_source(g, *base, opts.tiles, &mut merged);
+                held.insert(*base, rows);
             }
-            let slices = match held.get(base).or_else(|| sources.get(base)) {
+            let slices = match held.get(base) {
                 Some(s) => s,
                 None => {
                     return Err(unsupported(
@@ -643,6 +623,23 @@ fn rename(p: &mut Plan, tag: &str) {
 /// A row-major copy of tensor `t` (rows of its last axis, each padded to a whole word) spread by
 /// rows over up to `tiles` tiles, in buffers named `{tag}out`: its slices and, per tile, the
 /// buffer (host-bound, so live for the whole run).
+/// Place model input or param `base`, which no stage placed, in rows of its own (`row_major`) and
+/// bind it there (a param's values are embedded into those rows as any param binding's): for a
+/// slice or an output view of it. Returns the rows.
+fn place_source(g: &Graph, base: TensorId, tiles: usize, merged: &mut Plan) -> Vec<SliceRef> {
+    let (rows, buffers) = row_major(g.tensor(base), tiles, &format!("v{}_", base.0));
+    for (t, b) in buffers {
+        merged.tiles[t as usize].buffers.push(b);
+    }
+    merged.bindings.push(BindingPlan {
+        tensor: base,
+        direction: Direction::Input,
+        transpose: false,
+        slices: rows.clone(),
+    });
+    rows
+}
+
 fn row_major(
     t: &crate::graph::Tensor,
     tiles: usize,
