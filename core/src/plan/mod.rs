@@ -24,6 +24,7 @@ pub mod search;
 pub mod stages;
 pub mod tail;
 pub mod tiles;
+mod validate;
 pub mod transpose;
 
 use alloc::string::String;
