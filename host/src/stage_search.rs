@@ -84,7 +84,9 @@ pub fn stage_grids(
     }
     let has_casts = !state::side_casts(g).is_empty();
     let cost = |cast: SideCast, grids: &[Option<[u32; 3]>]| {
-        plan_with_grids(g, PlanOptions { side_cast: cast, ..PlanOptions::new(tiles) }, grids)
+        // Costing: exchanges are scheduled as the build schedules them but not validated (the
+        // chosen layout is planned again, validated, by the build).
+        plan_with_grids(g, PlanOptions { side_cast: cast, costing: true, ..PlanOptions::new(tiles) }, grids)
             .map(|p| p.cost.cycles)
             .map_err(|e| e.to_string())
     };

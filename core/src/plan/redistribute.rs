@@ -306,11 +306,18 @@ pub(super) const COPY_MAX_WORDS: u32 = 4095;
 
 /// Schedule moves as one exchange superstep plus on-tile copies; `tag` makes buffer names unique.
 pub fn superstep(moves: &[Move], tag: &str) -> Result<Superstep, String> {
+    superstep_with(moves, tag, true)
+}
+
+/// [`superstep`], the exchange validated word by word when `check` (not when costing a search
+/// candidate: the plan that is built is planned again with it).
+pub fn superstep_with(moves: &[Move], tag: &str, check: bool) -> Result<Superstep, String> {
     let (local, remote): (Vec<&Move>, Vec<&Move>) = moves.iter().partition(|m| m.from == m.to);
     let mut out = Superstep::default();
     let pieces = multicasts(&remote)?;
     out.exchange_bytes = pieces.iter().map(|p| 4 * p.words as u64).sum();
-    let (sched, _) = scatter(&pieces).map_err(|e| format!("{e}"))?;
+    let sched = if check { scatter(&pieces).map(|r| r.0) } else { super::scatter::scatter_unchecked(&pieces) };
+    let sched = sched.map_err(|e| format!("{e}"))?;
     out.events = sched.events;
     out.horizon = sched.horizon;
     let mut per_tile: BTreeMap<u16, Vec<&Move>> = BTreeMap::new();

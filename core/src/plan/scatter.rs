@@ -152,7 +152,7 @@ impl State {
     }
 
     /// Place piece `p` at `start`: its events, and the transfers they implement.
-    fn place(&mut self, p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
+    fn place(&mut self, p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Option<Vec<Transfer>>) {
         self.occupy(p, start);
         record(p, start, s, transfers);
     }
@@ -181,8 +181,9 @@ impl State {
     }
 }
 
-/// The events and transfers of piece `p` placed at `start`.
-fn record(p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Transfer>) {
+/// The events of piece `p` placed at `start`, and the transfers they implement when they are to be
+/// validated (`Some`).
+fn record(p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Option<Vec<Transfer>>) {
     let w = p.words as u64;
     s.events.entry(p.sender).or_default().push(Event::Send {
         at: start,
@@ -196,6 +197,7 @@ fn record(p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Trans
         ev.push(Event::Pointer { at: arrive - 1, buffer: dst.clone(), offset: *dst_off });
         ev.push(Event::Mux { at: arrive, source: p.sender });
         ev.push(Event::Mux { at: arrive + w, source: MUX_NONE });
+        let Some(transfers) = transfers.as_mut() else { continue };
         transfers.push(Transfer {
             sender: p.sender,
             receiver: *r,
@@ -216,12 +218,19 @@ fn record(p: &Multicast, start: u64, s: &mut Schedule, transfers: &mut Vec<Trans
 /// senders of the same receivers re-walk hundreds of calendars), so pieces are placed in a fixed
 /// order instead: sender by sender or round by round, whichever ends sooner.
 pub fn scatter(pieces: &[Multicast]) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
-    scatter_with(pieces, ORDERED_ABOVE)
+    scatter_with(pieces, ORDERED_ABOVE, true)
+}
+
+/// [`scatter`]'s schedule without the validation and without the transfers it checks: for costing
+/// search candidates, whose chosen plan is planned again with it (the same schedule).
+pub fn scatter_unchecked(pieces: &[Multicast]) -> Result<Schedule, ScheduleError> {
+    scatter_with(pieces, ORDERED_ABOVE, false).map(|r| r.0)
 }
 
 fn scatter_with(
     pieces: &[Multicast],
     ordered_above: usize,
+    check: bool,
 ) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
     let tiles = pieces.iter().flat_map(|p| core::iter::once(p.sender).chain(p.to.iter().map(|t| t.0))).max();
     let n = tiles.map_or(0, |t| t as usize + 1);
@@ -247,7 +256,7 @@ fn scatter_with(
         queues.entry(p.sender).or_default().push_back(p);
     }
     let mut s = Schedule::default();
-    let mut transfers = Vec::new();
+    let mut transfers = check.then(Vec::new);
     let entries: usize = pieces.iter().map(|p| p.to.len()).sum();
     if entries > ordered_above {
         // Too many for the list scheduler, whose re-checks of waiting senders grow with senders ×
@@ -307,7 +316,7 @@ const ORDERED_ABOVE: usize = 2_000_000;
 fn in_order<'p>(
     pieces: impl Iterator<Item = &'p Multicast>,
     mut st: State,
-    mut out: Option<(&mut Schedule, &mut Vec<Transfer>)>,
+    mut out: Option<(&mut Schedule, &mut Option<Vec<Transfer>>)>,
 ) -> State {
     for p in pieces {
         let at = st.earliest(p);
@@ -322,7 +331,7 @@ fn in_order<'p>(
 fn finish(
     st: State,
     mut s: Schedule,
-    transfers: Vec<Transfer>,
+    transfers: Option<Vec<Transfer>>,
 ) -> Result<(Schedule, Vec<Transfer>), ScheduleError> {
     // Each sender's send spans in time order, for the park elision.
     let sends: BTreeMap<u16, Vec<(u64, u64)>> = s
@@ -359,6 +368,7 @@ fn finish(
         evs.push(Event::Drain { until });
         s.horizon = s.horizon.max(until);
     }
+    let Some(transfers) = transfers else { return Ok((s, Vec::new())) };
     exchange::validate(&transfers, &s)?;
     Ok((s, transfers))
 }
@@ -490,8 +500,8 @@ mod tests {
                 (0..4u16).map(|k| ((snd - 12 + k + 1) % 12, 1024 + 32 * k as u32)).collect();
             pieces.push(piece(snd, 0, 8, &to));
         }
-        let (list, mut a) = scatter_with(&pieces, usize::MAX).unwrap();
-        let (ordered, mut b) = scatter_with(&pieces, 0).unwrap();
+        let (list, mut a) = scatter_with(&pieces, usize::MAX, true).unwrap();
+        let (ordered, mut b) = scatter_with(&pieces, 0, true).unwrap();
         a.sort_by_key(|t| (t.sender, t.receiver, t.src_off, t.dst_off));
         b.sort_by_key(|t| (t.sender, t.receiver, t.src_off, t.dst_off));
         assert_eq!(a, b);

@@ -410,7 +410,7 @@ pub fn plan(
         }
         if !moves.is_empty() {
             let step =
-                redistribute::superstep(&moves, &format!("x{k}_")).map_err(|e| unsupported(ops[0], e))?;
+                redistribute::superstep_with(&moves, &format!("x{k}_"), !opts.costing).map_err(|e| unsupported(ops[0], e))?;
             merged.exchange_bytes += step.exchange_bytes;
             if !step.events.is_empty() {
                 merged.horizons.push(step.horizon);
@@ -560,7 +560,7 @@ pub fn plan(
     }
     if !copies.is_empty() {
         let producer = g.ops.len().saturating_sub(1);
-        let step = redistribute::superstep(&copies, "yx_").map_err(|e| unsupported(producer, e))?;
+        let step = redistribute::superstep_with(&copies, "yx_", !opts.costing).map_err(|e| unsupported(producer, e))?;
         merged.exchange_bytes += step.exchange_bytes;
         if !step.events.is_empty() {
             merged.horizons.push(step.horizon);
