@@ -6,6 +6,8 @@ mod batch;
 mod decoded;
 pub mod exec;
 mod fault;
+#[cfg(test)]
+mod pace_tests;
 pub mod mem;
 
 pub use fault::{CtxId, Fault, FaultKind};
