@@ -61,7 +61,15 @@ const DEFAULT: Sim = Sim { batching: true, portable: false };
 /// worker w's plain copy of rows `w..w + rows + 2` of block kb written, and descriptors for the
 /// plain (`strided == false`) or the strided kernel; with `shared_out`, every worker stores to
 /// worker 0's output (overlapping streams).
-fn launch(prog: &TileProgram, strided: bool, rows: u32, s: u32, seed: u64, sim: Sim, shared_out: bool) -> Launch {
+fn launch(
+    prog: &TileProgram,
+    strided: bool,
+    rows: u32,
+    s: u32,
+    seed: u64,
+    sim: Sim,
+    shared_out: bool,
+) -> Launch {
     launch_at(prog, strided, rows, s, seed, sim, shared_out, None)
 }
 
@@ -161,7 +169,9 @@ fn strided_kernels_fast_paths_match_the_specification() {
             let what = format!("{k:?}, S = {s}, shared output {shared_out}");
             let spec = launch(&prog, true, 100, s, 5, Sim { batching: false, portable: true }, shared_out);
             assert_eq!(spec.batched, 0, "{what}: batched while turned off");
-            for sim in [DEFAULT, Sim { batching: true, portable: true }, Sim { batching: false, portable: false }] {
+            for sim in
+                [DEFAULT, Sim { batching: true, portable: true }, Sim { batching: false, portable: false }]
+            {
                 let fast = launch(&prog, true, 100, s, 5, sim, shared_out);
                 assert_eq!(first_difference(&fast.mem, &spec.mem), None, "{what}: memory differs");
                 assert_eq!(fast.cycles, spec.cycles, "{what}: cycles");
@@ -184,7 +194,11 @@ fn strided_stream_leaving_memory_faults_alike_with_and_without_the_fast_path() {
     let x = 0xE8000 - 40 * 1152 + 1120;
     let [fast, slow] = [DEFAULT, Sim { batching: false, portable: true }]
         .map(|sim| launch_at(&prog, true, 100, 1152, 3, sim, false, Some(x)));
-    assert!(fast.outcome.contains("outside tile memory") && fast.outcome.contains("cycle"), "{}", fast.outcome);
+    assert!(
+        fast.outcome.contains("outside tile memory") && fast.outcome.contains("cycle"),
+        "{}",
+        fast.outcome
+    );
     assert_eq!(fast.outcome, slow.outcome);
     assert_eq!(first_difference(&fast.mem, &slow.mem), None, "memory differs");
     // A stretch is the rest of the loop, and this one holds the fault: the fast path refuses it.

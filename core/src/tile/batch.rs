@@ -69,7 +69,7 @@ impl Stream {
             // Every address advances by 8: one range each, checked at once.
             let mut out = [(0, 0); 3];
             for (o, &p) in out.iter_mut().zip(&self.start) {
-                if p % 8 != 0 || !in_tile_memory(p, bytes as u32) {
+                if !p.is_multiple_of(8) || !in_tile_memory(p, bytes as u32) {
                     return None;
                 }
                 *o = (p as u64, p as u64 + bytes);
@@ -82,7 +82,7 @@ impl Stream {
         for _ in 0..rounds {
             for i in 0..3 {
                 let a = addr[i];
-                if a % 8 != 0 || !in_tile_memory(a, 8) {
+                if !a.is_multiple_of(8) || !in_tile_memory(a, 8) {
                     return None;
                 }
                 out[i] = (out[i].0.min(a as u64), out[i].1.max(a as u64 + 8));

@@ -6,9 +6,9 @@ mod batch;
 mod decoded;
 pub mod exec;
 mod fault;
+pub mod mem;
 #[cfg(test)]
 mod pace_tests;
-pub mod mem;
 
 pub use fault::{CtxId, Fault, FaultKind};
 

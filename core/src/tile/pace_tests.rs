@@ -29,7 +29,12 @@ struct World {
 impl World {
     fn new() -> Self {
         let mem = (0..TILE_MEM_SIZE).map(|i| ((TILE_MEM_BASE as usize + i) % 251) as u8).collect();
-        World { regs: Regs::default(), mem, shared: Tile::new(0, TILE_MEM_BASE).shared, fp: WorkerFp::default() }
+        World {
+            regs: Regs::default(),
+            mem,
+            shared: Tile::new(0, TILE_MEM_BASE).shared,
+            fp: WorkerFp::default(),
+        }
     }
     /// Runs `text` (one instruction) through its encoding, as a fetch would.
     fn run(&mut self, text: &str) -> Result<Flow, FaultKind> {
@@ -153,7 +158,10 @@ fn pace_encodings_and_text_are_as_documented() {
     for (text, word) in [
         ("tapack $m8, $m3, $m4, $m5", 0x9C70_0000u32 | 4 | 3 << 4 | 4 << 8 | 5 << 12),
         ("ld2xst64pace $a0, $a4, $m8, $m7, 0b000010", 0x9E40_0000 | 2 << 2 | 4 << 5 | 7 << 8 | 2 << 12),
-        ("ld2xst64pace $a12, $a14, $m14, $m15, 0b111111", 0x9E40_0000 | 3 | 7 << 2 | 7 << 5 | 15 << 8 | 63 << 12),
+        (
+            "ld2xst64pace $a12, $a14, $m14, $m15, 0b111111",
+            0x9E40_0000 | 3 | 7 << 2 | 7 << 5 | 15 << 8 | 63 << 12,
+        ),
     ] {
         let Ok(Issue::Single(i)) = parse_issue(text) else { panic!("{text}") };
         assert_eq!(encode(&i), Ok(word), "{text}");
@@ -161,7 +169,9 @@ fn pace_encodings_and_text_are_as_documented() {
         assert_eq!(Disasm(&Issue::Single(i)).to_string(), text);
     }
     // A quad starts at a multiple of 4; pairs at an even register.
-    for bad in [Instr::new(Op::Ld2xst64Pace, &[2, 4, 8, 7, 0]), Instr::new(Op::Ld2xst64Pace, &[0, 4, 9, 7, 0])] {
+    for bad in
+        [Instr::new(Op::Ld2xst64Pace, &[2, 4, 8, 7, 0]), Instr::new(Op::Ld2xst64Pace, &[0, 4, 9, 7, 0])]
+    {
         assert!(encode(&bad).is_err(), "{bad:?}");
     }
     assert!(encode(&Instr::new(Op::Tapack, &[3, 1, 2, 3])).is_err());

@@ -30,7 +30,11 @@ pub fn kernels() -> AmpKernels {
 }
 
 /// `{MAIN ; KIND}` (as `ipu_core::tile::amp::stream_amp` numbers them) with AVX2 + F16C.
-fn bundle<const MAIN: u8, const KIND: u8>(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
+fn bundle<const MAIN: u8, const KIND: u8>(
+    cx: &mut Cx<'_>,
+    main: &[u32; MAX_FIELDS],
+    aux: &[u32; MAX_FIELDS],
+) -> R {
     // SAFETY: `kernels` hands this function out only on a host with AVX2 and F16C.
     unsafe { bundle_simd::<MAIN, KIND>(cx, main, aux) }
 }
