@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 extern crate alloc;
 
+mod amp_strided;
 pub mod asm;
 pub mod kernels;
 pub mod launch_loop;

@@ -57,7 +57,8 @@ fn random_instr(info: &ipu_core::isa::OpInfo, rng: &mut Rng) -> Instr {
         let stored = (rng.next() & ((1u64 << bits) - 1)) as u32;
         let v = match fl.kind {
             Kind::MReg | Kind::AReg => stored & 15,
-            Kind::APair => (stored & 7) * 2,
+            Kind::APair | Kind::MPair => (stored & 7) * 2,
+            Kind::AQuad => (stored & 3) * 4,
             Kind::Unsigned => stored * fl.scale as u32 + fl.bias as u32,
             Kind::Signed => {
                 let s = ((stored << (32 - bits)) as i32) >> (32 - bits);

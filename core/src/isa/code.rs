@@ -63,11 +63,17 @@ fn store_value(info: &OpInfo, fl: &Field, value: u32) -> Result<u32, EncodeError
             }
             Ok(value)
         }
-        Kind::APair => {
+        Kind::APair | Kind::MPair => {
             if value >= 16 || !value.is_multiple_of(2) {
                 return Err(err("a register pair must be an even register 0..14"));
             }
             Ok(value / 2)
+        }
+        Kind::AQuad => {
+            if value >= 16 || !value.is_multiple_of(4) {
+                return Err(err("a register quad must start at 0, 4, 8 or 12"));
+            }
+            Ok(value / 4)
         }
         Kind::Unsigned => {
             let v = value.checked_sub(fl.bias as u32).ok_or(err("below the field's minimum"))?;
@@ -112,7 +118,8 @@ fn extract(fl: &Field, word: u32) -> u32 {
     }
     match fl.kind {
         Kind::MReg | Kind::AReg => stored,
-        Kind::APair => stored * 2,
+        Kind::APair | Kind::MPair => stored * 2,
+        Kind::AQuad => stored * 4,
         Kind::Unsigned => stored * fl.scale as u32 + fl.bias as u32,
         Kind::Signed => {
             let bits = fl.bits();

@@ -51,6 +51,12 @@ pub enum Kind {
     AReg,
     /// Even `$a` register naming a 64-bit pair; stored as index/2 in 3 bits.
     APair,
+    /// `$a` register, a multiple of 4, naming four registers (`ld2xst64pace`'s two loads); stored
+    /// as index/4 in 2 bits.
+    AQuad,
+    /// Even `$m` register naming a pair (a triple-packed address, docs/target.md §4.8); stored as
+    /// index/2 in 3 bits.
+    MPair,
     /// Unsigned immediate.
     Unsigned,
     /// Signed (two's complement) immediate.

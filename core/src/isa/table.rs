@@ -18,6 +18,12 @@ const fn a(name: &'static str, shift: u8) -> Field {
 const fn p(name: &'static str, shift: u8) -> Field {
     f(name, Kind::APair, shift, 3)
 }
+const fn mp(name: &'static str, shift: u8) -> Field {
+    f(name, Kind::MPair, shift, 3)
+}
+const fn q(name: &'static str, shift: u8) -> Field {
+    f(name, Kind::AQuad, shift, 2)
+}
 const fn u(name: &'static str, shift: u8, width: u8) -> Field {
     f(name, Kind::Unsigned, shift, width)
 }
@@ -130,11 +136,17 @@ table! {
     Shl = "shl", 0x9C40_0000, Mrf, Any, ONE, Model, [m("dst", 0), m("a", 4), m("b", 8)], x::shl;
     And = "and", 0x9C50_0000, Mrf, Any, ONE, Model, [m("dst", 0), m("a", 4), m("b", 8)], x::and;
     Min = "min", 0x9C60_0000, Mrf, Any, ONE, Model, [m("dst", 0), m("a", 4), m("b", 8)], x::min;
+    // `tapack` and `ld2xst64pace` are Mk2 instructions (graphcore/ipu_assembly_support,
+    // isa_doc_generated/hover); their encodings and the packed layout are ours (docs/target.md §4.8).
+    Tapack = "tapack", 0x9C70_0000, Mrf, Any, ONE, Model,
+        [mp("dst", 0), m("a0", 4), m("a1", 8), m("a2", 12)], x::tapack;
     MovAM = "movam", 0x9E00_0000, Mrf, Any, ONE, Model, [a("dst", 0), m("src", 4)], x::movam;
     MovMA = "movma", 0x9E10_0000, Mrf, Any, ONE, Model, [m("dst", 0), a("src", 4)], x::movma;
     SetHi = "seths", 0x9E20_0000, Mrf, Any, ONE, Model, [m("dst", 0), u("imm", 4, 16)], x::seths;
     Sth16 = "sth16", 0x9E30_0000, Mrf, Any, ONE, Model,
         [a("src", 0), m("base", 4), m("delta", 8), scaled(u("offset", 12, 8), 2)], x::sth16;
+    Ld2xst64Pace = "ld2xst64pace", 0x9E40_0000, Mrf, Any, ONE, Model,
+        [q("dst", 0), p("src", 2), mp("addr", 5), m("stride", 8), u("strimm", 12, 6)], x::ld2xst64pace;
 
     // ---- model: control and system -------------------------------------------------------
     Exit = "exit", 0xA000_0000, Sys, Worker, ONE, Model, [], x::exit;

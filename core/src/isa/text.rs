@@ -18,9 +18,11 @@ fn write_instr(f: &mut fmt::Formatter<'_>, i: &Instr) -> fmt::Result {
         f.write_str(if n == 0 { " " } else { ", " })?;
         let v = i.args[n];
         match fl.kind {
-            Kind::MReg => write!(f, "$m{v}")?,
-            Kind::AReg | Kind::APair => write!(f, "$a{v}")?,
+            Kind::MReg | Kind::MPair => write!(f, "$m{v}")?,
+            Kind::AReg | Kind::APair | Kind::AQuad => write!(f, "$a{v}")?,
             Kind::Unsigned if hex_field(fl) => write!(f, "{v:#x}")?,
+            // A stride select is written as its source writes it: two bits per address.
+            Kind::Unsigned if fl.name == "strimm" => write!(f, "{v:#08b}")?,
             Kind::Unsigned => write!(f, "{v}")?,
             Kind::Signed => write!(f, "{}", v as i32)?,
         }
@@ -70,7 +72,7 @@ impl fmt::Display for ParseError {
     }
 }
 
-/// Parse an integer: decimal, `0x` hex, optional leading `-`.
+/// Parse an integer: decimal, `0x` hex, `0b` binary, optional leading `-`.
 pub fn parse_int(s: &str) -> Option<i64> {
     let s = s.trim();
     let (neg, body) = match s.strip_prefix('-') {
@@ -82,6 +84,11 @@ pub fn parse_int(s: &str) -> Option<i64> {
             return None;
         }
         i64::from_str_radix(h, 16).ok()?
+    } else if let Some(b) = body.strip_prefix("0b").or_else(|| body.strip_prefix("0B")) {
+        if b.starts_with(['-', '+']) {
+            return None;
+        }
+        i64::from_str_radix(b, 2).ok()?
     } else {
         body.parse::<i64>().ok()?
     };
@@ -91,8 +98,10 @@ pub fn parse_int(s: &str) -> Option<i64> {
 fn parse_operand(fl: &Field, s: &str) -> Option<u32> {
     let s = s.trim();
     match fl.kind {
-        Kind::MReg => s.strip_prefix("$m")?.parse::<u32>().ok().filter(|v| *v < 16),
-        Kind::AReg | Kind::APair => s.strip_prefix("$a")?.parse::<u32>().ok().filter(|v| *v < 16),
+        Kind::MReg | Kind::MPair => s.strip_prefix("$m")?.parse::<u32>().ok().filter(|v| *v < 16),
+        Kind::AReg | Kind::APair | Kind::AQuad => {
+            s.strip_prefix("$a")?.parse::<u32>().ok().filter(|v| *v < 16)
+        }
         Kind::Unsigned => parse_int(s).filter(|v| (0..=u32::MAX as i64).contains(v)).map(|v| v as u32),
         Kind::Signed => {
             parse_int(s).filter(|v| (i32::MIN as i64..=i32::MAX as i64).contains(v)).map(|v| v as i32 as u32)

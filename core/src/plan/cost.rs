@@ -19,6 +19,10 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         // setup 8 (shl, 4×ld32 indexed by the shifted worker number, 2×ld64pi, rpt — which then
         // sits at word 7, ≡ 4 mod 8 bytes, with no nop) + 4 per row incl. the flush row + 2.
         Kernel::AmpF16 | Kernel::AmpF32 | Kernel::AmpF8 => 8 + 4 * count as u64 + 2,
+        // setup 11 (shl, 5×ld32 — the fifth S, shared —, add and shl making the stride register,
+        // 2×ld64pi, tapack), rpt — at word 11, ≡ 4 mod 8 bytes, with no nop —, 4 per row incl. the
+        // flush row, then shl and st64 (the last store's address) and exit.
+        Kernel::AmpF16Strided | Kernel::AmpF32Strided | Kernel::AmpF8Strided => 12 + 4 * count as u64 + 3,
         Kernel::CastF16ToF8
         | Kernel::CastF8ToF16
         | Kernel::ScaleF16

@@ -164,6 +164,39 @@ impl MatMul {
     pub fn nb(&self) -> u64 {
         self.n.div_ceil(self.block_cols())
     }
+    /// Whether a tile with `kbt` K blocks holds its rows of A row-major (`[row][K slice]`, row
+    /// stride `kbt · 32` bytes) and reads them with the strided AMP kernel (docs/kernels.md
+    /// "Row-major A"): when A arrives from an earlier stage, so that a producer holding whole rows
+    /// sends each row to a column group as one piece instead of one piece per K block. Not for a
+    /// host-fed A (the host writes any layout at no cost, and the strided kernel costs 5 issues
+    /// more per launch), a single K block (the layouts coincide), or a stride past the kernel's
+    /// field (`STRIDED_MAX_ROW`).
+    pub(super) fn a_row_major(&self, kbt: u64) -> bool {
+        !self.a_home.is_empty() && !self.ta && kbt >= 2 && kbt * ROW as u64 <= STRIDED_MAX_ROW
+    }
+
+    /// The AMP kernel a tile with `kbt` K blocks runs.
+    fn amp_kernel(&self, kbt: u64) -> Kernel {
+        match (self.kernel().0, self.a_row_major(kbt)) {
+            (Kernel::AmpF16, true) => Kernel::AmpF16Strided,
+            (Kernel::AmpF32, true) => Kernel::AmpF32Strided,
+            (Kernel::AmpF8, true) => Kernel::AmpF8Strided,
+            (k, _) => k,
+        }
+    }
+
+    /// Bytes of a tile's A buffer with `rows` rows and `kbt` K blocks. Row-major, the strided
+    /// kernel reads up to `(rows + 1)·S + 8` bytes past a block's first chunk (the flush row and
+    /// the next row's first chunk, `runtime-tile/src/amp_strided.rs`), so two rows of slack.
+    fn a_bytes(&self, rows: u64, kbt: u64) -> u64 {
+        let row = kbt.saturating_mul(ROW as u64);
+        if self.a_row_major(kbt) {
+            rows.saturating_add(2).saturating_mul(row)
+        } else {
+            rows.saturating_mul(row).saturating_add(SLACK as u64)
+        }
+    }
+
     fn kernel(&self) -> (Kernel, Kernel) {
         if self.fp8.is_some() {
             (Kernel::AmpF8, Kernel::AddF16)
@@ -195,6 +228,10 @@ fn c_block(rows: u64) -> u64 {
     WORKERS as u64 * SCRATCH as u64 + rows * ROW as u64
 }
 
+/// Largest row stride of a row-major A the strided AMP kernel takes: its stride field is 10 signed
+/// bits of 8-byte steps added to 24 bytes (`runtime-tile/src/amp_strided.rs`), 24 + 8·511.
+const STRIDED_MAX_ROW: u64 = 4112;
+
 /// Tile memory needed by the largest tile of a grid, with the reduction fan-in it would use.
 pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
     memory_with(mm, g, fan_in(mm, g))
@@ -215,7 +252,7 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
 /// [`buffers_with`]); `scatter` when its K group reduce-scatters with fan-in `f`.
 pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: bool, f: u64) -> Vec<u64> {
     // Saturating: model shapes are untrusted and the answer only has to say "too large".
-    let a = kbt.saturating_mul(rows).saturating_mul(ROW as u64).saturating_add(SLACK as u64);
+    let a = mm.a_bytes(rows, kbt);
     let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
     let c_blk = (WORKERS as u64 * SCRATCH as u64).saturating_add(rows.saturating_mul(ROW as u64));
     let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
@@ -226,7 +263,9 @@ pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: boo
     // (A reduce-scatter's tables are 192 bytes, one per partial: counted as two.)
     let per_partial = if scatter { 2 } else { (c / 8).div_ceil(WORKERS as u64 * 4096) + 1 };
     let add_tables = f.saturating_sub(1).saturating_mul(per_partial);
-    let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(96);
+    // The strided kernel's table has one word more (100 bytes, placed as 112).
+    let table = if mm.a_row_major(kbt) { 112 } else { 96 };
+    let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(table);
     let bias = if mm.epilogue.is_some_and(|e| e.bias.is_some()) { nbt.saturating_mul(32) } else { 0 };
     let residual = if mm.epilogue.is_some_and(|e| e.residual.is_some()) { c } else { 0 };
     vec![a, b, c, z, r, d, bias, residual]
@@ -306,7 +345,7 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
 /// fixed cycles, for a tile of `rows` rows, `nbt` column blocks and `kbt` K blocks.
 fn launches_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
     let rw = rows.div_ceil(WORKERS as u64);
-    let amp = mm.kernel().0;
+    let amp = mm.amp_kernel(kbt);
     let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
     nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1))) + 5 + 90
 }
@@ -515,7 +554,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
             ));
         }
     }
-    let (amp, add) = mm.kernel();
+    let add = mm.kernel().1;
     let add_blocks = if add == Kernel::AddF32 { Kernel::AddBlocksF32 } else { Kernel::AddBlocksF16 };
     let order = tile_order_with(mm, grid, tiles, tail.map_or(0, |t| t.tn as usize));
     let groups_of_rows = super::tail::row_groups(mm, grid, tail);
@@ -562,7 +601,23 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                     p.steps.push(Step::SetCsr(crate::target::csr::FP_INFMT, formats));
                     p.steps.push(Step::SetCsr(crate::target::csr::FP_ISCL, (scale as u32) & 0x3F));
                 }
-                p.buffers.push(zero("A", kbt * rows * ROW as u64 + SLACK as u64, MemKind::Tensor));
+                let amp = mm.amp_kernel(kbt);
+                let strided = amp != mm.kernel().0;
+                // Row stride of A on the tile when it is held row-major.
+                let s = kbt * ROW as u64;
+                p.buffers.push(zero("A", mm.a_bytes(rows, kbt), MemKind::Tensor));
+                if strided {
+                    a_slices.push(SliceRef {
+                        tile,
+                        buffer: "A".into(),
+                        offset: 0,
+                        tensor_offset: (m0 * mm.k + kb0 * kd) * ob,
+                        rows: rows as u32,
+                        row_bytes: ((mm.k - kb0 * kd).min(kbt * kd) * ob) as u32,
+                        tensor_stride: mm.k * ob,
+                        tile_stride: s as u32,
+                    });
+                }
                 p.buffers.push(zero("B", kbt * nbt * mm.block_bytes() as u64, MemKind::Tensor));
                 p.buffers.push(zero("C", nbt * cblk + SLACK as u64, MemKind::Tensor));
                 p.buffers.push(zero(
@@ -572,6 +627,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                 ));
                 for kbl in 0..kbt {
                     let kb = kb0 + kbl;
+                    if !strided {
                     a_slices.push(SliceRef {
                         tile,
                         buffer: "A".into(),
@@ -582,6 +638,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                         tensor_stride: mm.k * ob,
                         tile_stride: ROW,
                     });
+                    }
                     for nbl in 0..nbt {
                         let nb = nb0 + nbl;
                         b_slices.push(SliceRef {
@@ -602,7 +659,8 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                         let mut off = nbl * cblk;
                         for (w0, w1) in &wr {
                             let out = (off + SCRATCH as u64) as u32;
-                            words.push(Word::Sym("A".into(), ((kbl * rows + w0) * ROW as u64) as u32));
+                            let x = if strided { w0 * s + kbl * ROW as u64 } else { (kbl * rows + w0) * ROW as u64 };
+                            words.push(Word::Sym("A".into(), x as u32));
                             words.push(if kbl == 0 {
                                 Word::Sym("Z".into(), 0)
                             } else {
@@ -611,6 +669,10 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                             words.push(Word::Sym("C".into(), out - SCRATCH));
                             words.push(Word::Const((w1 - w0 + 1) as u32));
                             off += SCRATCH as u64 + (w1 - w0) * ROW as u64;
+                        }
+                        if strided {
+                            // The strided kernel's row stride, shared by the six workers.
+                            words.push(Word::Const(s as u32));
                         }
                         p.steps.push(Step::LoadWeights(
                             "B".into(),

@@ -173,6 +173,13 @@ pub enum Kernel {
     AddBlocksF16,
     /// Same over f32.
     AddBlocksF32,
+    /// AMP rows, f16 partials, A held row-major (`[row][K slice]`, row stride S bytes): the
+    /// `AmpF16` descriptor entries, then one word shared by the six workers, S (docs/kernels.md).
+    AmpF16Strided,
+    /// Same with f32 partials (`AmpF32`).
+    AmpF32Strided,
+    /// Same with FP8 operands (`AmpF8`).
+    AmpF8Strided,
 }
 
 /// How much of the AMP weight store a [`Step::LoadWeights`] fills (docs/target.md §4.4).

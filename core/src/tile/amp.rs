@@ -1,20 +1,20 @@
-//! The AMP (docs/target.md §4.4) and the matmul inner loop's bundle `{ld2st64pi ; AMP}` as one
-//! function.
+//! The AMP (docs/target.md §4.4) and the matmul inner loop's bundles `{ld2st64pi ; AMP}` and
+//! `{ld2xst64pace ; AMP}` as one function each.
 //!
 //! Why the arithmetic sits behind a trait: one AMP issue is 64 (or 32) multiplies and adds in a
 //! fixed order plus eight f16 decodings and four f16 roundings, and it is most of what a matmul
 //! costs the simulator. A host with 8-lane vectors and hardware f16 conversion (x86-64 with AVX2
 //! and F16C) does the same IEEE operations in the same order in a fraction of the instructions,
 //! but selecting such code at run time needs `unsafe`, which this crate forbids. So the host
-//! supplies its own [`AmpMath`] and instantiates [`ld2st64pi_amp`] with it inside a function
+//! supplies its own [`AmpMath`] and instantiates [`stream_amp`] with it inside a function
 //! compiled for those features (`host/src/sim/amp_x86.rs`), and hands the tiles the resulting
 //! [`AmpKernels`]. [`Portable`] is the specification: every other host runs it, and the fast
 //! forms are tested bit for bit against it.
 
-use super::exec::{floats, from_floats, from_halves, halves, ld2st64pi, Cx, Flow, R};
+use super::exec::{self, floats, from_floats, from_halves, halves, ld2st64pi, Cx, Flow, R};
 use super::FaultKind;
 use crate::fp8::{self, Fp8Format};
-use crate::isa::{Instr, MAX_FIELDS};
+use crate::isa::{Instr, Op, MAX_FIELDS};
 use crate::target::TILE_MEM_BASE;
 
 /// The arithmetic of one f16- or f32-partials AMP issue in phase `p` (0..=3), after the phase-0
@@ -180,61 +180,111 @@ pub(crate) fn f8amp(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
 /// aux half's operands.
 pub type FusedFn = fn(&mut Cx<'_>, &[u32; MAX_FIELDS], &[u32; MAX_FIELDS]) -> R;
 
-/// `{ ld2st64pi ; AMP }` (`KIND` 0 = `f16amp`, 1 = `f32amp`, 2 = `f8amp`), the matmul inner loop's
-/// bundle, for a decoded pair whose AMP writes a register pair `ld2st64pi` does not ([`fused`]
-/// checks). Both halves read the registers as they were before the bundle (docs/target.md §4.1):
-/// the AMP's only register reads, `pin` and `x`, are taken first; the main half then runs as it
-/// would alone, and the AMP last. The two write disjoint registers, so there is nothing to set
-/// aside or merge and no clash.
+/// The main halves that stream an AMP's operands: two 64-bit loads and a 64-bit store per bundle.
+/// They differ only in where the three addresses live and how far each advances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Streams {
+    /// `ld2st64pi`: three pointer registers (operands 3, 4, 5), each advancing by 8.
+    Ld2st64pi = 0,
+    /// `ld2xst64pace`: a triple-packed register pair (operand 2), each address advancing by the
+    /// increment its two bits of `strimm` (operand 4) select from the stride register (operand 3).
+    Ld2xst64pace = 1,
+}
+
+impl Streams {
+    #[inline(always)]
+    const fn of(main: u8) -> Streams {
+        match main {
+            0 => Streams::Ld2st64pi,
+            _ => Streams::Ld2xst64pace,
+        }
+    }
+
+    /// The three addresses (two loads, the store) the main half with operands `main` accesses
+    /// next.
+    #[inline(always)]
+    pub fn addresses(self, regs: &[u32; 16], main: &[u32; MAX_FIELDS]) -> [u32; 3] {
+        let m = |r: u32| if r >= 15 { 0 } else { regs[r as usize] };
+        match self {
+            Streams::Ld2st64pi => [m(main[3]), m(main[4]), m(main[5])],
+            Streams::Ld2xst64pace => {
+                let r = main[2] & 14;
+                exec::unpack_triple(m(r) as u64 | (m(r + 1) as u64) << 32)
+            }
+        }
+    }
+
+    /// The byte increments of the three addresses after one issue, with the registers `regs`.
+    #[inline(always)]
+    pub fn increments(self, regs: &[u32; 16], main: &[u32; MAX_FIELDS]) -> [u32; 3] {
+        match self {
+            Streams::Ld2st64pi => [8; 3],
+            Streams::Ld2xst64pace => {
+                let stride = if main[3] >= 15 { 0 } else { regs[main[3] as usize] };
+                core::array::from_fn(|i| exec::pace_increment(main[4], stride, i))
+            }
+        }
+    }
+}
+
+/// `{ MAIN ; AMP }` — `MAIN` 0 = `ld2st64pi`, 1 = `ld2xst64pace` ([`Streams`]); `KIND` 0 = `f16amp`,
+/// 1 = `f32amp`, 2 = `f8amp` — the matmul inner loop's bundle, for a decoded pair whose AMP writes
+/// a register pair the main half does not ([`fused`] checks). Both halves read the registers as
+/// they were before the bundle (docs/target.md §4.1): the AMP's only register reads, `pin` and
+/// `x`, are taken first; the main half then runs as it would alone, and the AMP last. The two write
+/// disjoint registers, so there is nothing to set aside or merge and no clash.
 ///
 /// Public and always inlined so that a host can instantiate it with its own [`AmpMath`] inside a
 /// function compiled for wider vectors (the module comment says why).
 #[inline(always)]
-pub fn ld2st64pi_amp<M: AmpMath, const KIND: u8>(
+pub fn stream_amp<M: AmpMath, const MAIN: u8, const KIND: u8>(
     cx: &mut Cx<'_>,
     main: &[u32; MAX_FIELDS],
     aux: &[u32; MAX_FIELDS],
 ) -> R {
     let (pin, x) = (cx.pair(aux[1]), cx.pair(aux[2]));
-    let at = [3, 4, 5].map(|i| cx.regs.m[main[i] as usize & 15].wrapping_sub(TILE_MEM_BASE));
+    let streams = Streams::of(MAIN);
+    let at = streams.addresses(&cx.regs.m, main).map(|a| a.wrapping_sub(TILE_MEM_BASE));
     M::prefetch(cx.mem, at);
-    ld2st64pi(cx, main)?;
+    match streams {
+        Streams::Ld2st64pi => ld2st64pi(cx, main)?,
+        Streams::Ld2xst64pace => exec::ld2xst64pace(cx, main)?,
+    };
     amp_on::<M>(cx, aux, pin, x, AmpKind::of(KIND))
 }
 
-/// The fused bundle functions a tile uses, one per AMP kind.
+/// The fused bundle functions a tile uses: `[main][kind]`, main as [`Streams`], kind 0 = `f16amp`,
+/// 1 = `f32amp`, 2 = `f8amp`.
 #[derive(Clone, Copy)]
-pub struct AmpKernels {
-    /// `{ld2st64pi ; f16amp}`.
-    pub f16: FusedFn,
-    /// `{ld2st64pi ; f32amp}`.
-    pub f32: FusedFn,
-    /// `{ld2st64pi ; f8amp}`.
-    pub f8: FusedFn,
-}
+pub struct AmpKernels(pub [[FusedFn; 3]; 2]);
 
 impl AmpKernels {
     /// The specification's kernels ([`Portable`]): what a tile uses unless the host says otherwise.
-    pub const PORTABLE: AmpKernels = AmpKernels {
-        f16: ld2st64pi_amp::<Portable, 0>,
-        f32: ld2st64pi_amp::<Portable, 1>,
-        f8: ld2st64pi_amp::<Portable, 2>,
-    };
+    pub const PORTABLE: AmpKernels = AmpKernels([
+        [stream_amp::<Portable, 0, 0>, stream_amp::<Portable, 0, 1>, stream_amp::<Portable, 0, 2>],
+        [stream_amp::<Portable, 1, 0>, stream_amp::<Portable, 1, 1>, stream_amp::<Portable, 1, 2>],
+    ]);
 }
 
-/// The fused form of the bundle `{main ; aux}` when there is one: `{ld2st64pi ; AMP}` whose AMP
-/// destination pair (its operand 0) is neither pair `ld2st64pi` loads (its operands 0 and 1), so
-/// that neither half can see or clash with the other's writes.
-pub(crate) fn fused(main: &Instr, aux: &Instr, kernels: &AmpKernels) -> Option<FusedFn> {
-    let f: FusedFn = match (main.info().mnemonic, aux.info().mnemonic) {
-        ("ld2st64pi", "f16amp") => kernels.f16,
-        ("ld2st64pi", "f32amp") => kernels.f32,
-        ("ld2st64pi", "f8amp") => kernels.f8,
+/// The fused form of the bundle `{main ; aux}` when there is one: a streaming main half
+/// ([`Streams`]) with an AMP whose destination pair (its operand 0) is none of the pairs the main
+/// half loads, so that neither half can see or clash with the other's writes.
+pub(crate) fn fused(main: &Instr, aux: &Instr, kernels: &AmpKernels) -> Option<(FusedFn, Streams)> {
+    let kind = match aux.info().mnemonic {
+        "f16amp" => 0,
+        "f32amp" => 1,
+        "f8amp" => 2,
         _ => return None,
     };
     let pair = |r: u32| r & !1;
-    let disjoint = pair(aux.args[0]) != pair(main.args[0]) && pair(aux.args[0]) != pair(main.args[1]);
-    disjoint.then_some(f)
+    let (streams, loaded) = match main.op {
+        Op::Ld2St64Pi => (Streams::Ld2st64pi, [pair(main.args[0]), pair(main.args[1])]),
+        // The quad's two pairs.
+        Op::Ld2xst64Pace => (Streams::Ld2xst64pace, [main.args[0], main.args[0] + 2]),
+        _ => return None,
+    };
+    let f = kernels.0[streams as usize][kind];
+    (!loaded.contains(&pair(aux.args[0]))).then_some((f, streams))
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Stretches of the workers' AMP loops run at once, without the scheduler, when that cannot change
 //! anything.
 //!
-//! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` bundles (`amp::fused`), run
-//! by every worker while the supervisor cannot issue. Every such bundle costs 1, so the barrel
-//! gives each running worker one issue per turn, in the order of their slots. A bundle loads 8
-//! bytes at each of two pointers and stores 8 bytes at a third, all three advancing by 8, so W
-//! rounds read and write three known ranges per worker. Besides memory, the workers share only
+//! The matmul inner loop is an `rpt` over fused `{ld2st64pi ; AMP}` or `{ld2xst64pace ; AMP}`
+//! bundles (`amp::fused`), run by every worker while the supervisor cannot issue. Every such
+//! bundle costs 1, so the barrel gives each running worker one issue per turn, in the order of
+//! their slots. A bundle loads 8 bytes at each of two addresses and stores 8 bytes at a third;
+//! each address advances by an amount fixed by the bundle (8 for `ld2st64pi`; for `ld2xst64pace`
+//! its stride select and the stride register, which nothing in the loop writes): a stride per
+//! stream and bundle. So W rounds read and write three known sequences of addresses per worker. Besides memory, the workers share only
 //! the weight store and the FP CSRs, which the AMP reads and only the supervisor writes, and the
 //! code, which a store into an `rpt` body would change.
 //!
@@ -19,7 +21,8 @@
 //!
 //! Either way registers, accumulators, memory, issue counts and cycles are exactly what the
 //! issue-by-issue path leaves. Anything else — a pointer register shared by two streams or
-//! `$m15`, a body with another bundle, a cycle limit inside the stretch, an access that would
+//! `$m15` (or a packed pair holding `$m15`, or a stride register in it), a body with another
+//! bundle or mixing the two main halves, a cycle limit inside the stretch, an access that would
 //! fault — leaves the ordinary path in charge.
 //!
 //! The matmul kernel's first stores go to a scratch area just before the worker's rows, which its
@@ -28,8 +31,9 @@
 //! entry or exit), an overlapping stretch therefore runs only [`RETRY_ROUNDS`] rounds (and a
 //! refused one waits as long) before the next check.
 
+use super::amp::Streams;
 use super::decoded::Decoded;
-use super::exec::{Cx, FusedFn};
+use super::exec::{pace_advance, Cx, FusedFn};
 use super::{Fault, FaultKind, Tile, TileBus};
 use crate::isa::MAX_FIELDS;
 use crate::target::{in_tile_memory, BARREL_SLOTS, WORKERS};
@@ -48,9 +52,46 @@ const MIN_ROUNDS: u64 = 8;
 struct Stream {
     /// The body's bundles: the fused function, the main half's and the AMP's operands.
     body: [(FusedFn, [u32; MAX_FIELDS], [u32; MAX_FIELDS]); MAX_BODY],
-    /// The two load pointers and the store pointer at the start.
-    reads: [u32; 2],
-    store: u32,
+    /// The addresses of the two loads and the store at the start.
+    start: [u32; 3],
+    /// The bytes each address advances by after each bundle of the body.
+    inc: [[u32; 3]; MAX_BODY],
+    /// How the body streams: packed addresses advance modulo 2^21.
+    streams: Streams,
+}
+
+impl Stream {
+    /// For `rounds` issues from body position `at` (of `len`): the bytes each of the three streams
+    /// touches, as `[first, end)`, when every access is 8-aligned and inside tile memory.
+    fn spans(&self, len: usize, at: usize, rounds: u64) -> Option<[(u64, u64); 3]> {
+        let bytes = 8 * rounds;
+        if self.streams == Streams::Ld2st64pi {
+            // Every address advances by 8: one range each, checked at once.
+            let mut out = [(0, 0); 3];
+            for (o, &p) in out.iter_mut().zip(&self.start) {
+                if !p.is_multiple_of(8) || !in_tile_memory(p, bytes as u32) {
+                    return None;
+                }
+                *o = (p as u64, p as u64 + bytes);
+            }
+            return Some(out);
+        }
+        let mut out = [(u64::MAX, 0); 3];
+        let mut addr = self.start;
+        let mut j = at;
+        for _ in 0..rounds {
+            for i in 0..3 {
+                let a = addr[i];
+                if !a.is_multiple_of(8) || !in_tile_memory(a, 8) {
+                    return None;
+                }
+                out[i] = (out[i].0.min(a as u64), out[i].1.max(a as u64 + 8));
+                addr[i] = pace_advance(a, self.inc[j][i]);
+            }
+            j = if j + 1 == len { 0 } else { j + 1 };
+        }
+        Some(out)
+    }
 }
 
 impl Tile {
@@ -153,36 +194,58 @@ impl Tile {
     /// condition of the module comment fails.
     #[allow(clippy::type_complexity)]
     fn amp_streams(&mut self, mem: &[u8], limit: u64) -> Option<([Option<Stream>; WORKERS], u64, bool)> {
-        let mut streams: [Option<Stream>; WORKERS] = [None; WORKERS];
+        let mut streams_of: [Option<Stream>; WORKERS] = [None; WORKERS];
         let mut rounds = u64::MAX;
         let mut latest = 0u64;
+        let mut at = [0usize; WORKERS];
+        let mut lens = [0usize; WORKERS];
         for (k, w) in self.workers.iter().enumerate().filter(|(_, w)| w.running) {
             let len = ((w.rpt_end - w.rpt_start) / 8) as usize;
             if len == 0 || len > MAX_BODY || w.regs.pc < w.rpt_start || w.regs.pc >= w.rpt_end {
                 return None;
             }
             let mut body = [(unused as FusedFn, [0; MAX_FIELDS], [0; MAX_FIELDS]); MAX_BODY];
-            let mut pointers: Option<[u32; 3]> = None;
+            let mut inc = [[0u32; 3]; MAX_BODY];
+            // The registers the main halves write (their addresses), the same in every bundle.
+            let mut written: Option<(Streams, [u32; 3])> = None;
             for (i, slot) in body.iter_mut().enumerate().take(len) {
                 let d: &Decoded = self.decoded.fetch(mem, w.rpt_start + 8 * i as u32).ok()?;
-                let (f, main, aux) = d.fused_amp()?;
-                let regs = [main[3], main[4], main[5]];
-                // Three distinct pointer registers, none `$m15`, the same in every bundle.
-                let distinct = regs[0] != regs[1] && regs[0] != regs[2] && regs[1] != regs[2];
-                if d.cost != 1 || regs.contains(&15) || !distinct || pointers.is_some_and(|p| p != regs) {
+                let (f, streams, main, aux) = d.fused_amp()?;
+                let regs = match streams {
+                    // Three distinct pointer registers, none `$m15`.
+                    Streams::Ld2st64pi => {
+                        let r = [main[3], main[4], main[5]];
+                        let distinct = r[0] != r[1] && r[0] != r[2] && r[1] != r[2];
+                        if r.contains(&15) || !distinct {
+                            return None;
+                        }
+                        r
+                    }
+                    // A pair without `$m15`, and a stride register outside it.
+                    Streams::Ld2xst64pace => {
+                        let p = main[2];
+                        if p == 14 || main[3] == p || main[3] == p + 1 {
+                            return None;
+                        }
+                        [p, p + 1, p]
+                    }
+                };
+                if d.cost != 1 || written.is_some_and(|x| x != (streams, regs)) {
                     return None;
                 }
-                pointers = Some(regs);
+                written = Some((streams, regs));
+                inc[i] = streams.increments(&w.regs.m, &main);
                 *slot = (f, main, aux);
             }
-            let [ra, rb, rs] = pointers?;
-            let at = (w.regs.pc - w.rpt_start) as u64 / 8;
-            rounds = rounds.min((len as u64 - at) + (w.rpt_left as u64 - 1) * len as u64);
+            let (streams, _) = written?;
+            at[k] = ((w.regs.pc - w.rpt_start) / 8) as usize;
+            lens[k] = len;
+            rounds = rounds.min((len - at[k]) as u64 + (w.rpt_left as u64 - 1) * len as u64);
             latest = latest.max(w.next_issue);
-            let m = &w.regs.m;
-            streams[k] =
-                Some(Stream { body, reads: [m[ra as usize], m[rb as usize]], store: m[rs as usize] });
+            let start = streams.addresses(&w.regs.m, &body[0].1);
+            streams_of[k] = Some(Stream { body, start, inc, streams });
         }
+        let streams = streams_of;
         // Every issue of the stretch at or before the limit.
         if latest > limit {
             return None;
@@ -191,8 +254,6 @@ impl Tile {
         if rounds < MIN_ROUNDS {
             return None;
         }
-        let bytes = 8 * rounds;
-        let range = |p: u32| (p as u64, p as u64 + bytes);
         let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.1 && b.0 < a.1;
         let code: [(u64, u64); WORKERS] = core::array::from_fn(|k| {
             let w = &self.workers[k];
@@ -202,21 +263,23 @@ impl Tile {
                 (0, 0)
             }
         });
+        let mut spans = [[(0u64, 0u64); 3]; WORKERS];
+        for (k, s) in streams.iter().enumerate() {
+            if let Some(s) = s {
+                spans[k] = s.spans(lens[k], at[k], rounds)?;
+            }
+        }
         let mut disjoint = true;
         for (k, s) in streams.iter().enumerate() {
-            let Some(s) = s else { continue };
-            for p in [s.reads[0], s.reads[1], s.store] {
-                if p % 8 != 0 || !in_tile_memory(p, bytes as u32) {
-                    return None;
-                }
+            if s.is_none() {
+                continue;
             }
-            let store = range(s.store);
+            let store = spans[k][2];
             if code.iter().any(|c| overlaps(store, *c)) {
                 return None;
             }
             for (j, o) in streams.iter().enumerate() {
-                let Some(o) = o else { continue };
-                if j != k && [o.reads[0], o.reads[1], o.store].iter().any(|p| overlaps(store, range(*p))) {
+                if j != k && o.is_some() && spans[j].iter().any(|p| overlaps(store, *p)) {
                     disjoint = false;
                 }
             }

@@ -30,8 +30,9 @@ pub struct Decoded {
     aux: Option<(ExecFn, [u32; MAX_FIELDS])>,
     /// The `$a` registers the aux half's operands name (the only ones it reads or writes).
     aux_regs: AuxRegs,
-    /// Both halves as one function, for the bundles that have one (`amp::fused`).
-    fused: Option<exec::FusedFn>,
+    /// Both halves as one function, for the bundles that have one (`amp::fused`), and how the
+    /// main half streams its addresses.
+    fused: Option<(exec::FusedFn, amp::Streams)>,
     /// Cost in issues (the larger half's for a bundle).
     pub cost: u32,
     /// Length in bytes (4 or 8).
@@ -91,10 +92,15 @@ impl Decoded {
         }
     }
 
-    /// The fused `{ld2st64pi ; AMP}` form of this bundle (the only fused form, `amp::fused`):
-    /// the function, the main half's operands and the AMP's.
-    pub(super) fn fused_amp(&self) -> Option<(exec::FusedFn, [u32; MAX_FIELDS], [u32; MAX_FIELDS])> {
-        Some((self.fused?, self.main_args, self.aux.as_ref()?.1))
+    /// The fused `{ld2st64pi ; AMP}` or `{ld2xst64pace ; AMP}` form of this bundle (the only
+    /// fused forms, `amp::fused`): the function, how its main half streams, the main half's
+    /// operands and the AMP's.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn fused_amp(
+        &self,
+    ) -> Option<(exec::FusedFn, amp::Streams, [u32; MAX_FIELDS], [u32; MAX_FIELDS])> {
+        let (f, streams) = self.fused?;
+        Some((f, streams, self.main_args, self.aux.as_ref()?.1))
     }
 
     /// Whether this is a `{main ; aux}` bundle.
@@ -116,7 +122,7 @@ impl Decoded {
         let Some((aux, aux_args)) = &self.aux else {
             return (self.main)(cx, &self.main_args);
         };
-        if let Some(fused) = self.fused {
+        if let Some((fused, _)) = self.fused {
             return fused(cx, &self.main_args, aux_args);
         }
         // Both halves read the registers as they were before the bundle (docs/target.md §4.1).
@@ -291,7 +297,7 @@ mod tests {
     fn decoded_bundles_follow_the_bundle_rule() {
         let mains: vec::Vec<_> = TABLE.iter().filter(|i| i.can_coissue()).collect();
         let auxes: vec::Vec<_> = TABLE.iter().filter(|i| i.class == Class::Arf).collect();
-        let (faults, clashes, _) = compare_with_the_rule(&mains, &auxes, 3000, 2);
+        let (faults, clashes, _) = compare_with_the_rule(&mains, &auxes, 3000, 2, false);
         // Both outcomes are exercised, not only the fault-free path.
         assert!(faults > 100 && clashes > 20 && faults < 2500, "{faults} faults, {clashes} clashes");
     }
@@ -304,7 +310,22 @@ mod tests {
         let mains: vec::Vec<_> = TABLE.iter().filter(|i| i.mnemonic == "ld2st64pi").collect();
         let auxes: vec::Vec<_> = TABLE.iter().filter(|i| i.mnemonic.ends_with("amp")).collect();
         assert_eq!((mains.len(), auxes.len()), (1, 3));
-        let (faults, clashes, fused) = compare_with_the_rule(&mains, &auxes, 1500, 1);
+        let (faults, clashes, fused) = compare_with_the_rule(&mains, &auxes, 1500, 1, false);
+        assert!(
+            faults < 700 && clashes > 10 && fused > 700,
+            "{faults} faults, {clashes} clashes, {fused} fused"
+        );
+    }
+
+    /// The same for `{ld2xst64pace ; AMP}`: with every `$m` pair a packed triple of aligned
+    /// addresses (and strides from whatever register the bundle names), most run fused and
+    /// without a fault; an AMP writing a pair of the loaded quad takes the general path and clashes.
+    #[test]
+    fn fused_pace_amp_bundles_follow_the_bundle_rule() {
+        let mains: vec::Vec<_> = TABLE.iter().filter(|i| i.mnemonic == "ld2xst64pace").collect();
+        let auxes: vec::Vec<_> = TABLE.iter().filter(|i| i.mnemonic.ends_with("amp")).collect();
+        assert_eq!((mains.len(), auxes.len()), (1, 3));
+        let (faults, clashes, fused) = compare_with_the_rule(&mains, &auxes, 1500, 1, true);
         assert!(
             faults < 700 && clashes > 10 && fused > 700,
             "{faults} faults, {clashes} clashes, {fused} fused"
@@ -313,13 +334,15 @@ mod tests {
 
     /// Runs `samples` random bundles of `mains[i] ; auxes[j]` (pairs in turn) both ways — decoded
     /// and by the rule — and compares registers, FP state, memory and faults. Every
-    /// `address_every`-th `$m` register holds an aligned address, the others small offsets.
+    /// `address_every`-th `$m` register holds an aligned address, the others small offsets; with
+    /// `packed`, every pair `$m0:1..$m12:13` holds three aligned addresses, packed (§4.8).
     /// Returns the faults, the clashes among them, and how many decoded bundles were fused.
     fn compare_with_the_rule(
         mains: &[&crate::isa::OpInfo],
         auxes: &[&crate::isa::OpInfo],
         samples: usize,
         address_every: usize,
+        packed: bool,
     ) -> (u32, u32, u32) {
         let mut fused = 0;
         let mut s = 0x2545_F491u32;
@@ -345,6 +368,12 @@ mod tests {
                 } else {
                     8 * (rand() % 8)
                 };
+            }
+            if packed {
+                for r in (0..14).step_by(2) {
+                    let v = exec::pack_triple([0; 3].map(|_| TILE_MEM_BASE + 8 * (rand() % 4096)));
+                    (regs.m[r], regs.m[r + 1]) = (v as u32, (v >> 32) as u32);
+                }
             }
             for v in regs.a.iter_mut() {
                 // f16/f32 bit patterns from a narrow exponent range keep the arithmetic finite.

@@ -411,6 +411,84 @@ pub(crate) fn ld2st64pi(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
     Ok(Flow::Next)
 }
 
+// ---- triple-packed addresses (docs/target.md §4.8) ----------------------------------------
+
+/// Bits of one address in the triple-packed format (ours: three 21-bit fields at 0, 21, 42).
+pub const PACKED_ADDR_BITS: u32 = 21;
+const PACKED_MASK: u64 = (1 << PACKED_ADDR_BITS) - 1;
+
+/// The three addresses of a triple-packed register pair value.
+#[inline(always)]
+pub fn unpack_triple(v: u64) -> [u32; 3] {
+    [0, 1, 2].map(|i| ((v >> (PACKED_ADDR_BITS * i)) & PACKED_MASK) as u32)
+}
+
+/// Three addresses (each below 2^21) in the triple-packed format; bit 63 is 0.
+#[inline(always)]
+pub fn pack_triple(a: [u32; 3]) -> u64 {
+    a.iter().enumerate().fold(0, |v, (i, &x)| v | ((x as u64 & PACKED_MASK) << (PACKED_ADDR_BITS * i as u32)))
+}
+
+/// The byte increment of packed address `i` (0, 1: the loads; 2: the store) selected by
+/// `strimm` from the stride register `stride`: `00` one 8-byte step, `01`/`10`/`11` field 0/1/2 of
+/// the register (10 bits each, signed) in 8-byte steps.
+#[inline(always)]
+pub fn pace_increment(strimm: u32, stride: u32, i: usize) -> u32 {
+    match (strimm >> (2 * i)) & 3 {
+        0 => 8,
+        sel => {
+            let field = (stride >> (10 * (sel - 1))) & 0x3FF;
+            let signed = ((field << 22) as i32) >> 22;
+            (signed * 8) as u32
+        }
+    }
+}
+
+/// A packed address advanced by `inc` bytes, modulo 2^21 (the field's width).
+#[inline(always)]
+pub fn pace_advance(addr: u32, inc: u32) -> u32 {
+    addr.wrapping_add(inc) & PACKED_MASK as u32
+}
+
+fn m_pair(cx: &Cx<'_>, r: u32) -> u64 {
+    cx.m(r) as u64 | (cx.m(r + 1) as u64) << 32
+}
+fn set_m_pair(cx: &mut Cx<'_>, r: u32, v: u64) {
+    cx.set_m(r, v as u32);
+    cx.set_m(r + 1, (v >> 32) as u32);
+}
+
+/// `tapack $mD, $mA0, $mA1, $mA2`: three absolute addresses into the packed format. Strict where
+/// the chip is silent: an address that does not fit its 21-bit field is a fault, not truncated.
+pub(crate) fn tapack(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let addrs = [cx.m(a[1]), cx.m(a[2]), cx.m(a[3])];
+    if addrs.iter().any(|&x| x as u64 > PACKED_MASK) {
+        return Err(FaultKind::BadOperand("tapack: an address does not fit 21 bits"));
+    }
+    set_m_pair(cx, a[0], pack_triple(addrs));
+    Ok(Flow::Next)
+}
+
+/// `ld2xst64pace $aQ, $aS, $mP, $mR, strimm`: 64-bit loads at the first two packed addresses into
+/// `$aQ:Q+1` and `$aQ+2:Q+3`, a 64-bit store of `$aS:S+1` at the third, then each address advances
+/// by its selected increment. The accesses come first, as in `ld2st64pi`: a fault writes no
+/// register, and the store being last, no memory either.
+#[inline(always)]
+pub(crate) fn ld2xst64pace(cx: &mut Cx<'_>, a: &[u32; MAX_FIELDS]) -> R {
+    let [pa, pb, ps] = unpack_triple(m_pair(cx, a[2]));
+    let (stride, strimm) = (cx.m(a[3]), a[4]);
+    let store = cx.pair(a[1]);
+    let va = mem::ld64(cx.mem, pa)?;
+    let vb = mem::ld64(cx.mem, pb)?;
+    mem::st64(cx.mem, ps, store)?;
+    cx.set_pair(a[0], va);
+    cx.set_pair(a[0] + 2, vb);
+    let next = [pa, pb, ps];
+    let next = core::array::from_fn(|i| pace_advance(next[i], pace_increment(strimm, stride, i)));
+    set_m_pair(cx, a[2], pack_triple(next));
+    Ok(Flow::Next)
+}
+
 // ---- floating point ---------------------------------------------------------------------
 
 macro_rules! f32op {

@@ -7,6 +7,8 @@ mod decoded;
 pub mod exec;
 mod fault;
 pub mod mem;
+#[cfg(test)]
+mod pace_tests;
 
 pub use fault::{CtxId, Fault, FaultKind};
 

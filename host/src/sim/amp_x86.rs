@@ -4,47 +4,48 @@
 //! operations on the same operands in the same order, never fused, with the 16 (or 8) columns as
 //! two (or one) 8-lane vectors, and f16 decoded and rounded (to nearest even) by `vcvtph2ps` /
 //! `vcvtps2ph`, which quiet NaNs and keep their payload as `ipu_core::f16bits` does. The fused
-//! `{ld2st64pi ; AMP}` bundle is instantiated with it inside functions compiled for those
-//! features, so the whole bundle is one function (docs/architecture.md, simulator fast paths).
+//! `{ld2st64pi ; AMP}` and `{ld2xst64pace ; AMP}` bundles are instantiated with it inside functions
+//! compiled for those features, so the whole bundle is one function (docs/architecture.md, simulator fast paths).
 //! `tests/tests/sim_amp_simd.rs` checks the two bit for bit.
 
 #![allow(unsafe_code)]
 
 use core::arch::x86_64::*;
 use ipu_core::isa::MAX_FIELDS;
-use ipu_core::tile::amp::{ld2st64pi_amp, AmpKernels, AmpMath};
+use ipu_core::tile::amp::{stream_amp, AmpKernels, AmpMath};
 use ipu_core::tile::exec::{Cx, Flow};
 use ipu_core::tile::FaultKind;
 
 type R = Result<Flow, FaultKind>;
 
 /// The kernels for this host: AVX2 + F16C ones where the CPU has both, else the specification's.
+/// Both streaming main halves (`ld2st64pi`, `ld2xst64pace`) get them; `f8amp` stays portable.
 pub fn kernels() -> AmpKernels {
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
-        AmpKernels { f16: f16_bundle, f32: f32_bundle, f8: AmpKernels::PORTABLE.f8 }
+        let [plain, pace] = AmpKernels::PORTABLE.0;
+        AmpKernels([[bundle::<0, 0>, bundle::<0, 1>, plain[2]], [bundle::<1, 0>, bundle::<1, 1>, pace[2]]])
     } else {
         AmpKernels::PORTABLE
     }
 }
 
-fn f16_bundle(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
+/// `{MAIN ; KIND}` (as `ipu_core::tile::amp::stream_amp` numbers them) with AVX2 + F16C.
+fn bundle<const MAIN: u8, const KIND: u8>(
+    cx: &mut Cx<'_>,
+    main: &[u32; MAX_FIELDS],
+    aux: &[u32; MAX_FIELDS],
+) -> R {
     // SAFETY: `kernels` hands this function out only on a host with AVX2 and F16C.
-    unsafe { f16_bundle_simd(cx, main, aux) }
-}
-
-fn f32_bundle(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
-    // SAFETY: as `f16_bundle`.
-    unsafe { f32_bundle_simd(cx, main, aux) }
+    unsafe { bundle_simd::<MAIN, KIND>(cx, main, aux) }
 }
 
 #[target_feature(enable = "avx2,f16c")]
-fn f16_bundle_simd(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
-    ld2st64pi_amp::<F16c, 0>(cx, main, aux)
-}
-
-#[target_feature(enable = "avx2,f16c")]
-fn f32_bundle_simd(cx: &mut Cx<'_>, main: &[u32; MAX_FIELDS], aux: &[u32; MAX_FIELDS]) -> R {
-    ld2st64pi_amp::<F16c, 1>(cx, main, aux)
+fn bundle_simd<const MAIN: u8, const KIND: u8>(
+    cx: &mut Cx<'_>,
+    main: &[u32; MAX_FIELDS],
+    aux: &[u32; MAX_FIELDS],
+) -> R {
+    stream_amp::<F16c, MAIN, KIND>(cx, main, aux)
 }
 
 /// Lane selectors: `PHASE4[p]` has all bits set in lanes `4p..4p + 4` of the 16 accumulators,
@@ -113,7 +114,7 @@ impl AmpMath for F16c {
     #[inline(always)]
     fn f16_phase(acc: &mut [f32; 16], drain: &[f32; 16], p: usize, pin: u64, x: u64, w: &[f32; 64]) -> u64 {
         let p = p & 3;
-        // SAFETY: reached only from `f16_bundle_simd` (AVX2 + F16C); every pointer below is into
+        // SAFETY: reached only from `bundle_simd` (AVX2 + F16C); every pointer below is into
         // `acc`, `drain`, `w` or the lane tables, within their lengths (p ≤ 3).
         unsafe {
             let d = _mm_loadu_ps(drain.as_ptr().add(4 * p));
@@ -138,7 +139,7 @@ impl AmpMath for F16c {
     fn f32_phase(acc: &mut [f32; 16], drain: &[f32; 16], p: usize, pin: u64, x: u64, w: &[f32; 32]) -> u64 {
         let p = p & 3;
         let out = drain[2 * p].to_bits() as u64 | (drain[2 * p + 1].to_bits() as u64) << 32;
-        // SAFETY: as in `f16_phase` (reached only from `f32_bundle_simd`).
+        // SAFETY: as in `f16_phase` (reached only from `bundle_simd`).
         unsafe {
             let pin2 = _mm256_castsi256_ps(_mm256_set1_epi64x(pin as i64));
             let lanes = PHASE2[p].as_ptr() as *const f32;
@@ -152,7 +153,8 @@ impl AmpMath for F16c {
 
     #[inline(always)]
     fn prefetch(mem: &[u8], at: [u32; 3]) {
-        // Once per 64-byte line of the first stream (the three move together, 8 bytes a bundle).
+        // Once per 64-byte line of the first stream (the three move together, 8 bytes a bundle,
+        // except a strided first stream, for which this is a hint at the wrong place now and then).
         if !at[0].is_multiple_of(64) {
             return;
         }
