@@ -87,6 +87,9 @@ pub struct MatMul {
     /// Row block i's grid positions take those tiles first, so that its rows are sent from tiles
     /// of its own group, which receive nothing else meanwhile ([`tile_order`]).
     pub a_home: Vec<u16>,
+    /// An earlier stage holds A as whole rows (not as a matmul's output blocks): the grid may
+    /// hold it row-major ([`MatMul::a_row_major`]).
+    pub a_rows_whole: bool,
 }
 
 /// What the matmul planner computes after the product, in place where the sums are finished (`reduce.rs`).
@@ -126,6 +129,7 @@ impl MatMul {
             epilogue: None,
             fp8,
             a_home: Vec::new(),
+            a_rows_whole: false,
         }
     }
     /// K values per AMP block: 16 f16, or 32 FP8.
@@ -164,20 +168,33 @@ impl MatMul {
     pub fn nb(&self) -> u64 {
         self.n.div_ceil(self.block_cols())
     }
-    /// Whether a tile with `kbt` K blocks holds its rows of A row-major (`[row][K slice]`, row
-    /// stride `kbt · 32` bytes) and reads them with the strided AMP kernel (docs/kernels.md
-    /// "Row-major A"): when A arrives from an earlier stage, so that a producer holding whole rows
-    /// sends each row to a column group as one piece instead of one piece per K block. Not for a
-    /// host-fed A (the host writes any layout at no cost, and the strided kernel costs 5 issues
-    /// more per launch), a single K block (the layouts coincide), or a stride past the kernel's
-    /// field (`STRIDED_MAX_ROW`).
-    pub(super) fn a_row_major(&self, kbt: u64) -> bool {
-        !self.a_home.is_empty() && !self.ta && kbt >= 2 && kbt * ROW as u64 <= STRIDED_MAX_ROW
+    /// Whether a tile with `rows` rows, `nbt` column blocks and `kbt` K blocks holds its rows of A
+    /// row-major (`[row][K slice]`, row stride `kbt · 32` bytes) and reads them with the strided
+    /// AMP kernel (docs/kernels.md "Row-major A"). Only when an earlier stage holds A as whole
+    /// rows (`a_rows_whole`; a matmul's output blocks already match the blocked layout): it then
+    /// sends each row to a column group as one piece instead of
+    /// one 8-word piece per K block — `rows · (kbt − 1)` fewer pieces per receiver, each costing
+    /// the receiver about `PIECE_CYCLES` (a mux change and the gap before the next piece) — while
+    /// each of the tile's `nbt · kbt` launches costs 5 issues more per worker (`BARREL_SLOTS`
+    /// cycles each). So row-major where it saves more than it costs: a SigLIP-size grid by 20–60×,
+    /// the example encoder block's 5-row tiles not at all. Never for a host-fed A (the host writes
+    /// either layout at no cost), a single K block (the layouts coincide), or a stride past the
+    /// kernel's field (`STRIDED_MAX_ROW`).
+    pub(super) fn a_row_major(&self, [rows, nbt, kbt]: [u64; 3]) -> bool {
+        let saved = rows.saturating_mul(kbt.saturating_sub(1)).saturating_mul(PIECE_CYCLES);
+        let extra = nbt.saturating_mul(kbt).saturating_mul(5 * crate::target::BARREL_SLOTS);
+        self.a_rows_whole
+            && !self.a_home.is_empty()
+            && !self.ta
+            && kbt >= 2
+            && kbt * ROW as u64 <= STRIDED_MAX_ROW
+            && saved > extra
+            && rows.saturating_mul(kbt) >= ROW_MAJOR_MIN_PIECES
     }
 
     /// The AMP kernel a tile with `kbt` K blocks runs.
-    fn amp_kernel(&self, kbt: u64) -> Kernel {
-        match (self.kernel().0, self.a_row_major(kbt)) {
+    fn amp_kernel(&self, shape: [u64; 3]) -> Kernel {
+        match (self.kernel().0, self.a_row_major(shape)) {
             (Kernel::AmpF16, true) => Kernel::AmpF16Strided,
             (Kernel::AmpF32, true) => Kernel::AmpF32Strided,
             (Kernel::AmpF8, true) => Kernel::AmpF8Strided,
@@ -185,12 +202,12 @@ impl MatMul {
         }
     }
 
-    /// Bytes of a tile's A buffer with `rows` rows and `kbt` K blocks. Row-major, the strided
+    /// Bytes of a tile's A buffer with `rows` rows, `nbt` column blocks and `kbt` K blocks. Row-major, the strided
     /// kernel reads up to `(rows + 1)·S + 8` bytes past a block's first chunk (the flush row and
     /// the next row's first chunk, `runtime-tile/src/amp_strided.rs`), so two rows of slack.
-    fn a_bytes(&self, rows: u64, kbt: u64) -> u64 {
+    fn a_bytes(&self, [rows, nbt, kbt]: [u64; 3]) -> u64 {
         let row = kbt.saturating_mul(ROW as u64);
-        if self.a_row_major(kbt) {
+        if self.a_row_major([rows, nbt, kbt]) {
             rows.saturating_add(2).saturating_mul(row)
         } else {
             rows.saturating_mul(row).saturating_add(SLACK as u64)
@@ -232,6 +249,17 @@ fn c_block(rows: u64) -> u64 {
 /// bits of 8-byte steps added to 24 bytes (`runtime-tile/src/amp_strided.rs`), 24 + 8·511.
 const STRIDED_MAX_ROW: u64 = 4112;
 
+/// Receiver cycles one exchange piece costs beyond its words (a mux change and the one-cycle gap
+/// before the next piece can land, `scatter.rs`): what [`MatMul::a_row_major`] weighs.
+const PIECE_CYCLES: u64 = 2;
+
+/// Fewest blocked-layout pieces per receiver (`rows · kbt`) at which [`MatMul::a_row_major`]
+/// takes the row-major layout. Measured, not derived: below it the estimate's saving did not
+/// show (the example encoder block on 64 tiles, 25 rows × 6 K blocks from its second LayerNorm:
+/// the redistribution 4,130 → 4,356 cycles and the matmul 1,438 → 1,620), above it every case
+/// tried gained (LayerNorm 729×1152 into 1152×4304 on 1472 tiles, 146 × 72: 211,205 → 192,407).
+const ROW_MAJOR_MIN_PIECES: u64 = 1024;
+
 /// Tile memory needed by the largest tile of a grid, with the reduction fan-in it would use.
 pub fn memory_needed(mm: &MatMul, g: Grid) -> u64 {
     memory_with(mm, g, fan_in(mm, g))
@@ -252,7 +280,7 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
 /// [`buffers_with`]); `scatter` when its K group reduce-scatters with fan-in `f`.
 pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: bool, f: u64) -> Vec<u64> {
     // Saturating: model shapes are untrusted and the answer only has to say "too large".
-    let a = mm.a_bytes(rows, kbt);
+    let a = mm.a_bytes([rows, nbt, kbt]);
     let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
     let c_blk = (WORKERS as u64 * SCRATCH as u64).saturating_add(rows.saturating_mul(ROW as u64));
     let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
@@ -264,7 +292,7 @@ pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: boo
     let per_partial = if scatter { 2 } else { (c / 8).div_ceil(WORKERS as u64 * 4096) + 1 };
     let add_tables = f.saturating_sub(1).saturating_mul(per_partial);
     // The strided kernel's table has one word more (100 bytes, placed as 112).
-    let table = if mm.a_row_major(kbt) { 112 } else { 96 };
+    let table = if mm.a_row_major([rows, nbt, kbt]) { 112 } else { 96 };
     let d = nbt.saturating_mul(kbt).saturating_add(add_tables).saturating_add(8).saturating_mul(table);
     let bias = if mm.epilogue.is_some_and(|e| e.bias.is_some()) { nbt.saturating_mul(32) } else { 0 };
     let residual = if mm.epilogue.is_some_and(|e| e.residual.is_some()) { c } else { 0 };
@@ -345,7 +373,7 @@ pub fn estimate(mm: &MatMul, g: Grid) -> u64 {
 /// fixed cycles, for a tile of `rows` rows, `nbt` column blocks and `kbt` K blocks.
 fn launches_estimate(mm: &MatMul, rows: u64, nbt: u64, kbt: u64) -> u64 {
     let rw = rows.div_ceil(WORKERS as u64);
-    let amp = mm.amp_kernel(kbt);
+    let amp = mm.amp_kernel([rows, nbt, kbt]);
     let load = 1 + super::CweiLoad::for_kernel(amp).cycles() as u64;
     nbt * kbt * (load + 2 + cost::runall_cycles(kernel_issues(amp, rw as u32 + 1))) + 5 + 90
 }
@@ -601,11 +629,11 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                     p.steps.push(Step::SetCsr(crate::target::csr::FP_INFMT, formats));
                     p.steps.push(Step::SetCsr(crate::target::csr::FP_ISCL, (scale as u32) & 0x3F));
                 }
-                let amp = mm.amp_kernel(kbt);
+                let amp = mm.amp_kernel([rows, nbt, kbt]);
                 let strided = amp != mm.kernel().0;
                 // Row stride of A on the tile when it is held row-major.
                 let s = kbt * ROW as u64;
-                p.buffers.push(zero("A", mm.a_bytes(rows, kbt), MemKind::Tensor));
+                p.buffers.push(zero("A", mm.a_bytes([rows, nbt, kbt]), MemKind::Tensor));
                 if strided {
                     a_slices.push(SliceRef {
                         tile,

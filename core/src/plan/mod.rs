@@ -677,7 +677,7 @@ pub(crate) fn single(graph: &Graph, opts: PlanOptions) -> Result<Plan, PlanError
             && graph.tensor(a).dtype == DType::F16 && graph.tensor(b).dtype == DType::F16
             && (alpha.is_none() || accumulate == DType::F16));
     Ok(if simple {
-        plan_matmul(graph, opts, epilogue, Vec::new())?
+        plan_matmul(graph, opts, epilogue, Vec::new(), false)?
     } else if opts.column_groups > 1 {
         let (split, how) = columns::split(graph, opts.column_groups as u64)?;
         let mut plan = chain::plan(&split, opts)?;
@@ -891,6 +891,7 @@ fn plan_matmul(
     opts: PlanOptions,
     epilogue: Option<matmul::Epilogue>,
     a_home: Vec<u16>,
+    a_rows_whole: bool,
 ) -> Result<Plan, PlanError> {
     let op = &graph.ops[0];
     match op.kind {
@@ -916,6 +917,7 @@ fn plan_matmul(
             }
             let mut mm = matmul_of(graph, epilogue).expect("op 0 is a matmul");
             mm.a_home = a_home;
+            mm.a_rows_whole = a_rows_whole;
             let grid = match opts.grid {
                 Some([tm, tn, tk]) => matmul::Grid { tm: tm as u64, tn: tn as u64, tk: tk as u64 },
                 None => matmul::choose_grid(&mm, opts.tiles).ok_or_else(|| {

@@ -128,6 +128,7 @@ mod tests {
             epilogue: None,
             fp8: None,
             a_home: Vec::new(),
+            a_rows_whole: false,
         }
     }
 
