@@ -156,3 +156,45 @@ fn outputs_that_are_views_of_an_unread_input_are_its_bytes() {
         assert_eq!(z2, want, "{tiles} tiles: columns 2..8 of every row");
     }
 }
+
+/// LayerNorm of `[m, d]` into a `[d, n]` matmul accumulating in `acc`.
+fn ln_matmul(m: u64, d: u64, n: u64, acc: &str) -> String {
+    [
+        "name = \"ln_matmul\"\noutputs = [\"Y\"]\n".to_string(),
+        input("X", &format!("[{m}, {d}]")),
+        input("g", &format!("[{d}]")),
+        input("be", &format!("[{d}]")),
+        input("W", &format!("[{d}, {n}]")),
+        op("op = \"layernorm\"\ninput = \"X\"\ngamma = \"g\"\nbeta = \"be\"\neps = 1e-6\noutput = \"N\""),
+        op(&format!("op = \"matmul\"\na = \"N\"\nb = \"W\"\noutput = \"Y\"\naccumulate = \"{acc}\"")),
+    ]
+    .concat()
+}
+
+#[test]
+fn rows_a_layernorm_leaves_are_held_row_major_by_the_grid_and_run_bit_exact() {
+    // The LayerNorm leaves whole rows; the grid's tiles hold ≥ 32 rows × 32 K blocks of them, so
+    // they hold A row-major and run the strided AMP kernel (`MatMul::a_row_major`,
+    // docs/kernels.md "Row-major A"): each row arrives as one exchange piece, not 32.
+    use ipu_core::plan::{Kernel, Step};
+    for (m, d, n, acc, tiles) in [(128, 512, 64, "f16", 16), (150, 520, 40, "f32", 16), (256, 1024, 64, "f16", 64)] {
+        let src = ln_matmul(m, d, n, acc);
+        let graph = ipu_host::model::parse("m.toml", &src).unwrap();
+        let plan = ipu_core::plan::plan(&graph, ipu_core::plan::PlanOptions::new(tiles)).unwrap();
+        let strided = plan
+            .tiles
+            .distinct()
+            .into_iter()
+            .filter(|(_, t)| {
+                t.steps.iter().any(|s| {
+                    matches!(s, Step::RunAll(Kernel::AmpF16Strided | Kernel::AmpF32Strided, ..))
+                })
+            })
+            .count();
+        assert!(strided > 0, "{m}x{d}x{n} {acc} on {tiles}: no tile runs the strided kernel");
+        let (out, pkg) = common::build_and_run(&src, tiles, None, 3, 2);
+        assert!(out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+        let (sim, pred) = (out.cycles[1], pkg.plan.predicted_cycles);
+        assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
+    }
+}
