@@ -19,7 +19,7 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use ipu_core::plan::{Buffer, Live, MemKind, Word};
-use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_SIZE};
+use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_END, TILE_MEM_SIZE};
 use ipu_runtime_tile::asm::{assemble, AsmError};
 use ipu_schema::{Segment, TileImage, TileMemory, SEG_DATA, SEG_EXEC, SEG_ZERO};
 
@@ -253,7 +253,10 @@ fn place(
         let mut at = None;
         let mut largest = 0;
         for (r, p) in regions.iter().zip(placed.iter_mut()) {
-            match first_fit(*r, p, b.bytes, align, b.live) {
+            // What the kernels read past the buffer must be memory: only the top region's end
+            // (the host area, then the end of tile memory) can cut it short.
+            let r = (r.0, r.1.min(TILE_MEM_END.saturating_sub(b.read_past)).max(r.0));
+            match first_fit(r, p, b.bytes, align, b.live) {
                 Ok(a) => {
                     p.push(Placed { start: a, end: a + b.bytes, live: b.live });
                     at = Some(a);

@@ -78,6 +78,7 @@ fn buffer(name: &str, bytes: u32, live: Live) -> Buffer {
         kind: MemKind::Tensor,
         init: ipu_core::plan::Init::new(),
         live,
+        read_past: 0,
     }
 }
 
@@ -126,4 +127,23 @@ fn the_linker_tries_other_orders_when_largest_first_fragments() {
             assert!(apart || !a.live.overlaps(b.live), "{} at {x:#x} and {} at {y:#x}", a.name, b.name);
         }
     }
+}
+
+#[test]
+fn what_a_kernel_reads_past_a_buffer_stays_inside_tile_memory() {
+    use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, TILE_MEM_END};
+    // A buffer filling region 1 ends where the host area starts; the host area and the end of
+    // tile memory follow it.
+    let whole = HOST_AREA_BASE - EXEC_REGION_END;
+    let after = TILE_MEM_END - HOST_AREA_BASE;
+    let fill = |read_past| [Buffer { read_past, ..buffer("a", whole, Live::ALWAYS) }];
+    let l = ipu_linker::link(0, "main:\n    exit\n", &fill(after)).expect("reads end at the last byte");
+    assert_eq!(l.symbols.get("a").map(|a| a + whole + after), Some(TILE_MEM_END));
+    // Reading one word more would leave tile memory; region 0 is too small for it: refused.
+    assert!(ipu_linker::link(0, "main:\n    exit\n", &fill(after + 4)).is_err());
+    // A smaller buffer with a long read-ahead goes lower in region 1, so its reads stay inside.
+    let b = [Buffer { read_past: 4096, ..buffer("b", whole - 8192, Live::ALWAYS) }];
+    let l = ipu_linker::link(0, "main:\n    exit\n", &b).expect("links");
+    let end = l.symbols["b"] + whole - 8192;
+    assert!(end + 4096 <= TILE_MEM_END, "{end:#x}");
 }

@@ -414,6 +414,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     kind: MemKind::Tensor,
                     init: super::Init::new(),
                     live: super::Live::ALWAYS,
+                    read_past: 0,
                 });
                 if t == first || g.outputs.contains(&t) {
                     slices.entry(t).or_default().extend(tslices);
@@ -426,6 +427,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 kind: MemKind::Tensor,
                 init: super::Init::new(),
                 live: super::Live::ALWAYS,
+                read_past: 0,
             });
             // Side operands: weight blocks for each matmul, per batch entry.
             let mut side_layout: BTreeMap<TensorId, (u64, u64, u64, u64, u64)> = BTreeMap::new(); // be, cols, kb, nb, elt
@@ -453,6 +455,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                         kind: MemKind::Tensor,
                         init: super::Init::new(),
                         live: super::Live::ALWAYS,
+                        read_past: 0,
                     });
                 }
                 let st = g.tensor(src);
@@ -750,6 +753,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                             kind: MemKind::Tensor,
                             init: super::Init::new(),
                             live: super::Live::ALWAYS,
+                            read_past: 0,
                         });
                         let mut words = Vec::new();
                         for (w, (w0, w1)) in wr.iter().enumerate() {

@@ -30,5 +30,6 @@ pub(super) fn zero(name: &str, bytes: u64, kind: MemKind) -> Buffer {
         kind,
         init: super::Init::new(),
         live: super::Live::ALWAYS,
+        read_past: 0,
     }
 }

@@ -13,7 +13,7 @@ pub use super::layout::split;
 use super::layout::{zero, ROW, SCRATCH, SLACK};
 pub use super::reduce::reduction_rounds;
 use super::reduce::{self, Round};
-use super::{BindingPlan, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE};
+use super::{BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE};
 use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
@@ -184,7 +184,6 @@ impl MatMul {
         let saved = rows.saturating_mul(kbt.saturating_sub(1)).saturating_mul(PIECE_CYCLES);
         let extra = nbt.saturating_mul(kbt).saturating_mul(5 * crate::target::BARREL_SLOTS);
         self.a_rows_whole
-            && !self.a_home.is_empty()
             && !self.ta
             && kbt >= 2
             && kbt * ROW as u64 <= STRIDED_MAX_ROW
@@ -202,16 +201,15 @@ impl MatMul {
         }
     }
 
-    /// Bytes of a tile's A buffer with `rows` rows, `nbt` column blocks and `kbt` K blocks. Row-major, the strided
-    /// kernel reads up to `(rows + 1)·S + 8` bytes past a block's first chunk (the flush row and
-    /// the next row's first chunk, `runtime-tile/src/amp_strided.rs`), so two rows of slack.
-    fn a_bytes(&self, [rows, nbt, kbt]: [u64; 3]) -> u64 {
+    /// Bytes of a tile's A buffer with `rows` rows, `nbt` column blocks and `kbt` K blocks, and
+    /// the bytes after it the AMP kernel reads but never uses ([`Buffer::read_past`]): the plain
+    /// kernel's read-ahead stays within `SLACK`; row-major, the strided kernel reads up to
+    /// `(rows + 1)·S + 8` bytes past a block's first chunk (the flush row and the next row's first
+    /// chunk, `runtime-tile/src/amp_strided.rs`), two rows past the buffer.
+    fn a_bytes(&self, [rows, nbt, kbt]: [u64; 3]) -> (u64, u32) {
         let row = kbt.saturating_mul(ROW as u64);
-        if self.a_row_major([rows, nbt, kbt]) {
-            rows.saturating_add(2).saturating_mul(row)
-        } else {
-            rows.saturating_mul(row).saturating_add(SLACK as u64)
-        }
+        let bytes = rows.saturating_mul(row).saturating_add(SLACK as u64);
+        (bytes, if self.a_row_major([rows, nbt, kbt]) { (2 * row) as u32 } else { 0 })
     }
 
     fn kernel(&self) -> (Kernel, Kernel) {
@@ -280,7 +278,7 @@ fn buffers_with(mm: &MatMul, g: Grid, f: u64) -> Vec<u64> {
 /// [`buffers_with`]); `scatter` when its K group reduce-scatters with fan-in `f`.
 pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: bool, f: u64) -> Vec<u64> {
     // Saturating: model shapes are untrusted and the answer only has to say "too large".
-    let a = mm.a_bytes([rows, nbt, kbt]);
+    let a = mm.a_bytes([rows, nbt, kbt]).0;
     let b = kbt.saturating_mul(nbt).saturating_mul(mm.block_bytes() as u64);
     let c_blk = (WORKERS as u64 * SCRATCH as u64).saturating_add(rows.saturating_mul(ROW as u64));
     let c = nbt.saturating_mul(c_blk).saturating_add(SLACK as u64);
@@ -633,7 +631,8 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                 let strided = amp != mm.kernel().0;
                 // Row stride of A on the tile when it is held row-major.
                 let s = kbt * ROW as u64;
-                p.buffers.push(zero("A", mm.a_bytes([rows, nbt, kbt]), MemKind::Tensor));
+                let (a_bytes, read_past) = mm.a_bytes([rows, nbt, kbt]);
+                p.buffers.push(Buffer { read_past, ..zero("A", a_bytes, MemKind::Tensor) });
                 if strided {
                     a_slices.push(SliceRef {
                         tile,

@@ -65,6 +65,10 @@ pub struct Buffer {
     /// When the buffer holds a value (docs/graph-planner.md §5): the linker lets buffers whose
     /// lifetimes are disjoint share bytes.
     pub live: Live,
+    /// Bytes after the buffer that kernels may read but never use (a pipelined stream's
+    /// read-ahead): any memory will do, so other buffers may sit there, but it must exist — the
+    /// linker keeps `end + read_past` inside tile memory.
+    pub read_past: u32,
 }
 
 /// A buffer's lifetime in the tile's superstep positions, both ends included: written first at
@@ -342,6 +346,7 @@ impl TilePlan {
             kind: MemKind::Descriptor,
             init: words.into(),
             live: Live::ALWAYS,
+            read_past: 0,
         });
         self.steps.push(Step::RunAll(kernel, name.into(), issues.into()));
     }
@@ -759,6 +764,7 @@ pub(crate) fn merge_descriptors(tile: &mut TilePlan, table: &str) {
         kind: MemKind::Descriptor,
         init: words,
         live: Live::ALWAYS,
+        read_past: 0,
     });
 }
 

@@ -80,6 +80,7 @@ pub fn instrument(tiles: &mut super::Tiles) -> Samples {
             kind: MemKind::Profile,
             init: super::Init::new(),
             live: super::Live::ALWAYS,
+            read_past: 0,
         });
         out.push(TileSamples { buffer: 0, samples });
     }

@@ -453,6 +453,7 @@ pub(super) fn word_launch(
         kind: MemKind::Descriptor,
         init: init.into(),
         live: super::Live::ALWAYS,
+        read_past: 0,
     };
     (alloc::vec![buf(list_name, list), buf(desc_name, desc)], slowest)
 }

@@ -77,6 +77,7 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
             kind: MemKind::Tensor,
             init: if gamma.is_some() { super::Init::new() } else { ones().into() },
             live: super::Live::ALWAYS,
+            read_past: 0,
         });
         p.buffers.push(zero("B", stride, MemKind::Tensor));
         let rows = r1 - r0;

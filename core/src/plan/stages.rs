@@ -203,14 +203,19 @@ fn a_home(g: &Graph, op: usize, held: &BTreeMap<TensorId, Vec<SliceRef>>) -> Vec
     home
 }
 
-/// Whether an earlier stage holds most of the grid matmul `op`'s left operand as whole rows
-/// (slices whose rows span more than one K block, as a LayerNorm or a row chain leaves them),
-/// not as a matmul's 16-column output blocks: then the matmul takes it row-major
-/// (`MatMul::a_row_major`), a row per exchange piece; from output blocks, the blocked layout
-/// takes each block as one piece already.
-fn a_rows_whole(g: &Graph, op: usize, held: &BTreeMap<TensorId, Vec<SliceRef>>) -> bool {
+/// Whether an earlier stage holds most of the grid matmul `op`'s left operand (or the tensor it
+/// is a view of) as whole rows (slices whose rows span more than one K block, as a LayerNorm or
+/// a row chain leaves them), not as a matmul's 16-column output blocks: then the matmul takes it
+/// row-major (`MatMul::a_row_major`), a row (or a head's part of it) per exchange piece; from
+/// output blocks, the blocked layout takes each block as one piece already.
+fn a_rows_whole(
+    g: &Graph,
+    op: usize,
+    held: &BTreeMap<TensorId, Vec<SliceRef>>,
+    base_of: impl Fn(TensorId) -> TensorId,
+) -> bool {
     let OpKind::MatMul { a, transpose_a: false, .. } = g.ops[op].kind else { return false };
-    let Some(slices) = held.get(&a) else { return false };
+    let Some(slices) = held.get(&a).or_else(|| held.get(&base_of(a))) else { return false };
     let bytes = |long: bool| -> u64 {
         slices.iter().filter(|s| (s.row_bytes > 32) == long).map(|s| s.rows as u64 * s.row_bytes as u64).sum()
     };
@@ -339,7 +344,7 @@ pub fn plan(
         } else if grid_matmul(g, ops[0]) {
             let grid = grids.get(ops[0]).copied().flatten();
             let home = a_home(g, ops[0], &held);
-            let whole = a_rows_whole(g, ops[0], &held);
+            let whole = a_rows_whole(g, ops[0], &held, base_of);
             let epilogue = fused_epilogue(&sub);
             (super::plan_matmul(&sub, PlanOptions { grid, ..stage_opts }, epilogue, home, whole), false)
         } else {
