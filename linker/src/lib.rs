@@ -19,7 +19,9 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 
 use ipu_core::plan::{Buffer, Live, MemKind, Word};
-use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_END, TILE_MEM_SIZE};
+use ipu_core::target::{
+    EXEC_REGION_END, HOST_AREA_BASE, HOST_AREA_BYTES, TILE_MEM_BASE, TILE_MEM_END, TILE_MEM_SIZE,
+};
 use ipu_runtime_tile::asm::{assemble, AsmError};
 use ipu_schema::{Segment, TileImage, TileMemory, SEG_DATA, SEG_EXEC, SEG_ZERO};
 

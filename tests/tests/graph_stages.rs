@@ -177,7 +177,9 @@ fn rows_a_layernorm_leaves_are_held_row_major_by_the_grid_and_run_bit_exact() {
     // they hold A row-major and run the strided AMP kernel (`MatMul::a_row_major`,
     // docs/kernels.md "Row-major A"): each row arrives as one exchange piece, not 32.
     use ipu_core::plan::{Kernel, Step};
-    for (m, d, n, acc, tiles) in [(128, 512, 64, "f16", 16), (150, 520, 40, "f32", 16), (256, 1024, 64, "f16", 64)] {
+    for (m, d, n, acc, tiles) in
+        [(128, 512, 64, "f16", 16), (150, 520, 40, "f32", 16), (256, 1024, 64, "f16", 64)]
+    {
         let src = ln_matmul(m, d, n, acc);
         let graph = ipu_host::model::parse("m.toml", &src).unwrap();
         let plan = ipu_core::plan::plan(&graph, ipu_core::plan::PlanOptions::new(tiles)).unwrap();
@@ -186,9 +188,9 @@ fn rows_a_layernorm_leaves_are_held_row_major_by_the_grid_and_run_bit_exact() {
             .distinct()
             .into_iter()
             .filter(|(_, t)| {
-                t.steps.iter().any(|s| {
-                    matches!(s, Step::RunAll(Kernel::AmpF16Strided | Kernel::AmpF32Strided, ..))
-                })
+                t.steps
+                    .iter()
+                    .any(|s| matches!(s, Step::RunAll(Kernel::AmpF16Strided | Kernel::AmpF32Strided, ..)))
             })
             .count();
         assert!(strided > 0, "{m}x{d}x{n} {acc} on {tiles}: no tile runs the strided kernel");

@@ -13,7 +13,9 @@ pub use super::layout::split;
 use super::layout::{zero, ROW, SCRATCH, SLACK};
 pub use super::reduce::reduction_rounds;
 use super::reduce::{self, Round};
-use super::{BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE};
+use super::{
+    BindingPlan, Buffer, Kernel, MemKind, Plan, PlanError, SliceRef, Step, TilePlan, Word, RUNTIME_RESERVE,
+};
 use crate::graph::{matmul_dims, GeluForm, Graph, TensorId};
 use crate::target::{TILE_MEM_SIZE, WORKERS};
 
@@ -655,16 +657,16 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                 for kbl in 0..kbt {
                     let kb = kb0 + kbl;
                     if !strided {
-                    a_slices.push(SliceRef {
-                        tile,
-                        buffer: "A".into(),
-                        offset: (kbl * rows * ROW as u64) as u32,
-                        tensor_offset: (m0 * mm.k + kb * kd) * ob,
-                        rows: rows as u32,
-                        row_bytes: ((mm.k - kb * kd).min(kd) * ob) as u32,
-                        tensor_stride: mm.k * ob,
-                        tile_stride: ROW,
-                    });
+                        a_slices.push(SliceRef {
+                            tile,
+                            buffer: "A".into(),
+                            offset: (kbl * rows * ROW as u64) as u32,
+                            tensor_offset: (m0 * mm.k + kb * kd) * ob,
+                            rows: rows as u32,
+                            row_bytes: ((mm.k - kb * kd).min(kd) * ob) as u32,
+                            tensor_stride: mm.k * ob,
+                            tile_stride: ROW,
+                        });
                     }
                     for nbl in 0..nbt {
                         let nb = nb0 + nbl;
@@ -686,7 +688,11 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
                         let mut off = nbl * cblk;
                         for (w0, w1) in &wr {
                             let out = (off + SCRATCH as u64) as u32;
-                            let x = if strided { w0 * s + kbl * ROW as u64 } else { (kbl * rows + w0) * ROW as u64 };
+                            let x = if strided {
+                                w0 * s + kbl * ROW as u64
+                            } else {
+                                (kbl * rows + w0) * ROW as u64
+                            };
                             words.push(Word::Sym("A".into(), x as u32));
                             words.push(if kbl == 0 {
                                 Word::Sym("Z".into(), 0)

@@ -24,8 +24,8 @@ pub mod search;
 pub mod stages;
 pub mod tail;
 pub mod tiles;
-mod validate;
 pub mod transpose;
+mod validate;
 
 use alloc::string::String;
 use alloc::vec::Vec;

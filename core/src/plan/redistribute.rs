@@ -316,7 +316,8 @@ pub fn superstep_with(moves: &[Move], tag: &str, check: bool) -> Result<Superste
     let mut out = Superstep::default();
     let pieces = multicasts(&remote)?;
     out.exchange_bytes = pieces.iter().map(|p| 4 * p.words as u64).sum();
-    let sched = if check { scatter(&pieces).map(|r| r.0) } else { super::scatter::scatter_unchecked(&pieces) };
+    let sched =
+        if check { scatter(&pieces).map(|r| r.0) } else { super::scatter::scatter_unchecked(&pieces) };
     let sched = sched.map_err(|e| format!("{e}"))?;
     out.events = sched.events;
     out.horizon = sched.horizon;

@@ -430,8 +430,8 @@ pub fn plan(
             st.push(merged.tiles[t].steps.len());
         }
         if !moves.is_empty() {
-            let step =
-                redistribute::superstep_with(&moves, &format!("x{k}_"), !opts.costing).map_err(|e| unsupported(ops[0], e))?;
+            let step = redistribute::superstep_with(&moves, &format!("x{k}_"), !opts.costing)
+                .map_err(|e| unsupported(ops[0], e))?;
             merged.exchange_bytes += step.exchange_bytes;
             if !step.events.is_empty() {
                 merged.horizons.push(step.horizon);
@@ -581,7 +581,8 @@ pub fn plan(
     }
     if !copies.is_empty() {
         let producer = g.ops.len().saturating_sub(1);
-        let step = redistribute::superstep_with(&copies, "yx_", !opts.costing).map_err(|e| unsupported(producer, e))?;
+        let step = redistribute::superstep_with(&copies, "yx_", !opts.costing)
+            .map_err(|e| unsupported(producer, e))?;
         merged.exchange_bytes += step.exchange_bytes;
         if !step.events.is_empty() {
             merged.horizons.push(step.horizon);

@@ -94,7 +94,12 @@ fn canonical(segs: &mut Vec<Seg>, overlaps: bool) -> Result<(), u16> {
 /// What `tile` takes, in arrival order: the runs of the sender its mux selects over each
 /// interval, cut where an incoming pointer is set; each piece lands at the pointer in force
 /// advanced by the words taken since it was set.
-fn landings(streams: &BTreeMap<u16, Vec<Run>>, mux: &[(u64, u16)], ptr: &[(u64, u32, u32)], tile: u16) -> Vec<Seg> {
+fn landings(
+    streams: &BTreeMap<u16, Vec<Run>>,
+    mux: &[(u64, u16)],
+    ptr: &[(u64, u32, u32)],
+    tile: u16,
+) -> Vec<Seg> {
     // (first arrival, sender, buffer, offset, words), arrivals increasing.
     let mut takes: Vec<(u64, u16, u32, u32, u32)> = Vec::new();
     for (j, &(from, source)) in mux.iter().enumerate() {
@@ -258,7 +263,8 @@ pub fn validate<'a>(transfers: &'a [Transfer], s: &'a Schedule) -> Result<(), Sc
     // 3. The words the transfers name, per receiver, as maximal runs: they must be the landings.
     let mut asked: BTreeMap<u16, Vec<Seg>> = BTreeMap::new();
     for (t, &(src, dst)) in transfers.iter().zip(&ids).filter(|(t, _)| t.words > 0) {
-        let seg = Seg { sender: t.sender, src, src_off: t.src_off, dst: Some((dst, t.dst_off)), words: t.words };
+        let seg =
+            Seg { sender: t.sender, src, src_off: t.src_off, dst: Some((dst, t.dst_off)), words: t.words };
         asked.entry(t.receiver).or_default().push(seg);
     }
     for (&tile, segs) in asked.iter_mut() {
@@ -298,11 +304,8 @@ fn first_misrouted(transfers: &[Transfer], ids: &[(u32, u32)], tile: u16, landed
         .iter()
         .find(|l| {
             let mut at = l.src_off as u64;
-            let mut spans: Vec<(u64, u64)> = covered
-                .iter()
-                .filter(|c| c.0 == l.sender && c.1 == l.src)
-                .map(|c| (c.2, c.3))
-                .collect();
+            let mut spans: Vec<(u64, u64)> =
+                covered.iter().filter(|c| c.0 == l.sender && c.1 == l.src).map(|c| (c.2, c.3)).collect();
             spans.sort_unstable();
             for (a, b) in spans {
                 if a <= at && b > at {
@@ -325,157 +328,162 @@ pub(crate) mod reference {
     use crate::target::MUX_NONE;
     use crate::topology::latency;
 
-/// A word a receiver takes from the fabric: sender, source buffer and offset, and where it lands
-/// (`None`: no incoming pointer was set yet).
-type Landing = (u16, u32, u32, Option<(u32, u32)>);
+    /// A word a receiver takes from the fabric: sender, source buffer and offset, and where it lands
+    /// (`None`: no incoming pointer was set yet).
+    type Landing = (u16, u32, u32, Option<(u32, u32)>);
 
-/// A word on the fabric: cycle, buffer (interned name), byte offset.
-type Word = (u64, u32, u32);
+    /// A word on the fabric: cycle, buffer (interned name), byte offset.
+    type Word = (u64, u32, u32);
 
-/// Every word `tile` takes, in arrival order: the words of the sender its mux selects at each
-/// arrival (docs/target.md §5), written at the incoming pointer advanced by one word per word
-/// taken since the pointer was set.
-fn landings(streams: &BTreeMap<u16, Vec<Word>>, mux: &[(u64, u16)], ptr: &[Word], tile: u16) -> Vec<Landing> {
-    let mut takes: Vec<(u64, u16, u32, u32)> = Vec::new();
-    for (j, &(from, source)) in mux.iter().enumerate() {
-        let Some(stream) = streams.get(&source).filter(|_| source != MUX_NONE) else { continue };
-        let until = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
-        let lat = latency(source, tile) as u64;
-        let first = stream.partition_point(|w| w.0 + lat < from);
-        let last = stream.partition_point(|w| w.0 + lat < until);
-        takes.extend(stream[first..last].iter().map(|&(c, b, o)| (c + lat, source, b, o)));
-    }
-    let mut out = Vec::with_capacity(takes.len());
-    let (mut k, mut since) = (0usize, 0usize);
-    for (i, &(arrival, source, b, o)) in takes.iter().enumerate() {
-        // The pointer in force: the last one set at or before the arrival (arrivals only grow).
-        let mut k_now = k;
-        while k_now < ptr.len() && ptr[k_now].0 <= arrival {
-            k_now += 1;
+    /// Every word `tile` takes, in arrival order: the words of the sender its mux selects at each
+    /// arrival (docs/target.md §5), written at the incoming pointer advanced by one word per word
+    /// taken since the pointer was set.
+    fn landings(
+        streams: &BTreeMap<u16, Vec<Word>>,
+        mux: &[(u64, u16)],
+        ptr: &[Word],
+        tile: u16,
+    ) -> Vec<Landing> {
+        let mut takes: Vec<(u64, u16, u32, u32)> = Vec::new();
+        for (j, &(from, source)) in mux.iter().enumerate() {
+            let Some(stream) = streams.get(&source).filter(|_| source != MUX_NONE) else { continue };
+            let until = mux.get(j + 1).map(|x| x.0).unwrap_or(u64::MAX);
+            let lat = latency(source, tile) as u64;
+            let first = stream.partition_point(|w| w.0 + lat < from);
+            let last = stream.partition_point(|w| w.0 + lat < until);
+            takes.extend(stream[first..last].iter().map(|&(c, b, o)| (c + lat, source, b, o)));
         }
-        if k_now != k {
-            k = k_now;
-            since = takes.partition_point(|x| x.0 < ptr[k - 1].0);
-        }
-        let dst = (k > 0).then(|| (ptr[k - 1].1, ptr[k - 1].2 + 4 * (i - since) as u32));
-        out.push((source, b, o, dst));
-    }
-    out
-}
-
-/// Check the events against the fabric model: every word of every transfer is selected by its
-/// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
-/// receive it (by some transfer of the same words) takes it.
-pub(crate) fn validate<'a>(transfers: &'a [Transfer], s: &'a Schedule) -> Result<(), ScheduleError> {
-    for (&tile, evs) in &s.events {
-        check_issue(tile, evs)?;
-    }
-    // Buffer names interned once, so that the per-word work compares integers.
-    let mut names: BTreeMap<&str, u32> = BTreeMap::new();
-    let mut id = |name: &'a str| -> u32 {
-        let n = names.len() as u32;
-        *names.entry(name).or_insert(n)
-    };
-    let ids: Vec<(u32, u32)> = transfers.iter().map(|t| (id(&t.src), id(&t.dst))).collect();
-    // Each sender's stream (cycle, buffer, offset of the word), and each tile's mux and pointer
-    // timelines, all sorted by cycle so that lookups are binary searches.
-    let mut streams: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
-    let mut muxes: BTreeMap<u16, Vec<(u64, u16)>> = BTreeMap::new();
-    let mut ptrs: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
-    for (tile, evs) in &s.events {
-        for e in evs {
-            match e {
-                Event::Send { at, buffer, offset, words } => {
-                    let b = id(buffer);
-                    let st = streams.entry(*tile).or_default();
-                    st.extend((0..*words).map(|i| (at + i as u64, b, offset + 4 * i)));
-                }
-                Event::Mux { at, source } => muxes.entry(*tile).or_default().push((*at, *source)),
-                Event::Pointer { at, buffer, offset } => {
-                    let b = id(buffer);
-                    ptrs.entry(*tile).or_default().push((*at, b, *offset))
-                }
-                _ => {}
+        let mut out = Vec::with_capacity(takes.len());
+        let (mut k, mut since) = (0usize, 0usize);
+        for (i, &(arrival, source, b, o)) in takes.iter().enumerate() {
+            // The pointer in force: the last one set at or before the arrival (arrivals only grow).
+            let mut k_now = k;
+            while k_now < ptr.len() && ptr[k_now].0 <= arrival {
+                k_now += 1;
             }
+            if k_now != k {
+                k = k_now;
+                since = takes.partition_point(|x| x.0 < ptr[k - 1].0);
+            }
+            let dst = (k > 0).then(|| (ptr[k - 1].1, ptr[k - 1].2 + 4 * (i - since) as u32));
+            out.push((source, b, o, dst));
         }
+        out
     }
-    for v in streams.values_mut() {
-        v.sort_by_key(|w| w.0);
-    }
-    for v in muxes.values_mut() {
-        v.sort_by_key(|m| m.0);
-    }
-    for v in ptrs.values_mut() {
-        v.sort_by_key(|p| p.0);
-    }
-    // 1. A sender sends each word of a transfer exactly once: its words indexed by
-    //    (buffer, offset), so a transfer finds them by binary search.
-    let by_word: BTreeMap<u16, Vec<(u32, u32)>> = streams
-        .iter()
-        .map(|(&tile, st)| {
-            let mut v: Vec<(u32, u32)> = st.iter().map(|&(_, b, o)| (b, o)).collect();
-            v.sort_unstable();
-            (tile, v)
-        })
-        .collect();
-    for (t, &(src, _)) in transfers.iter().zip(&ids) {
-        let words = by_word.get(&t.sender).map(Vec::as_slice).unwrap_or(&[]);
-        let first = words.partition_point(|w| *w < (src, t.src_off));
-        let last = words.partition_point(|w| *w < (src, t.src_off + 4 * t.words));
-        if last - first != t.words as usize {
-            return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
+
+    /// Check the events against the fabric model: every word of every transfer is selected by its
+    /// receiver's mux on arrival and written at the intended offset, and no tile that is not meant to
+    /// receive it (by some transfer of the same words) takes it.
+    pub(crate) fn validate<'a>(transfers: &'a [Transfer], s: &'a Schedule) -> Result<(), ScheduleError> {
+        for (&tile, evs) in &s.events {
+            check_issue(tile, evs)?;
         }
-    }
-    // 2. What every tile takes and where it lands, sorted by (sender, buffer, offset).
-    let mut landed: BTreeMap<u16, (Vec<Landing>, Vec<bool>)> = BTreeMap::new();
-    for (&tile, mux) in &muxes {
-        let ptr = ptrs.get(&tile).map(Vec::as_slice).unwrap_or(&[]);
-        let mut l = landings(&streams, mux, ptr, tile);
-        l.sort_unstable();
-        let n = l.len();
-        landed.insert(tile, (l, alloc::vec![false; n]));
-    }
-    // 3. Every word of every transfer was taken by its receiver and landed at the right offset.
-    //    Transfers are visited in the landings' order, so one cursor per receiver walks its
-    //    landings once (a binary search per transfer misses the cache on millions of them).
-    let mut order: Vec<usize> = (0..transfers.len()).collect();
-    order.sort_unstable_by_key(|&i| {
-        (transfers[i].receiver, transfers[i].sender, ids[i].0, transfers[i].src_off)
-    });
-    let mut cursor = (u16::MAX, 0usize);
-    for i in order {
-        let (t, (src, dst)) = (&transfers[i], ids[i]);
-        let bad = |word: usize| ScheduleError::Misrouted {
-            sender: t.sender,
-            receiver: t.receiver,
-            word: word as u32,
+        // Buffer names interned once, so that the per-word work compares integers.
+        let mut names: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut id = |name: &'a str| -> u32 {
+            let n = names.len() as u32;
+            *names.entry(name).or_insert(n)
         };
-        let Some((l, used)) = landed.get_mut(&t.receiver) else { return Err(bad(0)) };
-        if cursor.0 != t.receiver {
-            cursor = (t.receiver, 0);
-        }
-        while cursor.1 < l.len() && (l[cursor.1].0, l[cursor.1].1, l[cursor.1].2) < (t.sender, src, t.src_off)
-        {
-            cursor.1 += 1;
-        }
-        let at = cursor.1;
-        for i in 0..t.words as usize {
-            let want = (t.sender, src, t.src_off + 4 * i as u32, Some((dst, t.dst_off + 4 * i as u32)));
-            if l.get(at + i) != Some(&want) {
-                return Err(bad(i));
+        let ids: Vec<(u32, u32)> = transfers.iter().map(|t| (id(&t.src), id(&t.dst))).collect();
+        // Each sender's stream (cycle, buffer, offset of the word), and each tile's mux and pointer
+        // timelines, all sorted by cycle so that lookups are binary searches.
+        let mut streams: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
+        let mut muxes: BTreeMap<u16, Vec<(u64, u16)>> = BTreeMap::new();
+        let mut ptrs: BTreeMap<u16, Vec<Word>> = BTreeMap::new();
+        for (tile, evs) in &s.events {
+            for e in evs {
+                match e {
+                    Event::Send { at, buffer, offset, words } => {
+                        let b = id(buffer);
+                        let st = streams.entry(*tile).or_default();
+                        st.extend((0..*words).map(|i| (at + i as u64, b, offset + 4 * i)));
+                    }
+                    Event::Mux { at, source } => muxes.entry(*tile).or_default().push((*at, *source)),
+                    Event::Pointer { at, buffer, offset } => {
+                        let b = id(buffer);
+                        ptrs.entry(*tile).or_default().push((*at, b, *offset))
+                    }
+                    _ => {}
+                }
             }
-            used[at + i] = true;
         }
-    }
-    // 4. No tile takes a word not meant for it.
-    for (&tile, (l, used)) in &landed {
-        if let Some(i) = used.iter().position(|u| !u) {
-            return Err(ScheduleError::Misrouted { sender: l[i].0, receiver: tile, word: i as u32 });
+        for v in streams.values_mut() {
+            v.sort_by_key(|w| w.0);
         }
+        for v in muxes.values_mut() {
+            v.sort_by_key(|m| m.0);
+        }
+        for v in ptrs.values_mut() {
+            v.sort_by_key(|p| p.0);
+        }
+        // 1. A sender sends each word of a transfer exactly once: its words indexed by
+        //    (buffer, offset), so a transfer finds them by binary search.
+        let by_word: BTreeMap<u16, Vec<(u32, u32)>> = streams
+            .iter()
+            .map(|(&tile, st)| {
+                let mut v: Vec<(u32, u32)> = st.iter().map(|&(_, b, o)| (b, o)).collect();
+                v.sort_unstable();
+                (tile, v)
+            })
+            .collect();
+        for (t, &(src, _)) in transfers.iter().zip(&ids) {
+            let words = by_word.get(&t.sender).map(Vec::as_slice).unwrap_or(&[]);
+            let first = words.partition_point(|w| *w < (src, t.src_off));
+            let last = words.partition_point(|w| *w < (src, t.src_off + 4 * t.words));
+            if last - first != t.words as usize {
+                return Err(ScheduleError::Misrouted { sender: t.sender, receiver: t.receiver, word: 0 });
+            }
+        }
+        // 2. What every tile takes and where it lands, sorted by (sender, buffer, offset).
+        let mut landed: BTreeMap<u16, (Vec<Landing>, Vec<bool>)> = BTreeMap::new();
+        for (&tile, mux) in &muxes {
+            let ptr = ptrs.get(&tile).map(Vec::as_slice).unwrap_or(&[]);
+            let mut l = landings(&streams, mux, ptr, tile);
+            l.sort_unstable();
+            let n = l.len();
+            landed.insert(tile, (l, alloc::vec![false; n]));
+        }
+        // 3. Every word of every transfer was taken by its receiver and landed at the right offset.
+        //    Transfers are visited in the landings' order, so one cursor per receiver walks its
+        //    landings once (a binary search per transfer misses the cache on millions of them).
+        let mut order: Vec<usize> = (0..transfers.len()).collect();
+        order.sort_unstable_by_key(|&i| {
+            (transfers[i].receiver, transfers[i].sender, ids[i].0, transfers[i].src_off)
+        });
+        let mut cursor = (u16::MAX, 0usize);
+        for i in order {
+            let (t, (src, dst)) = (&transfers[i], ids[i]);
+            let bad = |word: usize| ScheduleError::Misrouted {
+                sender: t.sender,
+                receiver: t.receiver,
+                word: word as u32,
+            };
+            let Some((l, used)) = landed.get_mut(&t.receiver) else { return Err(bad(0)) };
+            if cursor.0 != t.receiver {
+                cursor = (t.receiver, 0);
+            }
+            while cursor.1 < l.len()
+                && (l[cursor.1].0, l[cursor.1].1, l[cursor.1].2) < (t.sender, src, t.src_off)
+            {
+                cursor.1 += 1;
+            }
+            let at = cursor.1;
+            for i in 0..t.words as usize {
+                let want = (t.sender, src, t.src_off + 4 * i as u32, Some((dst, t.dst_off + 4 * i as u32)));
+                if l.get(at + i) != Some(&want) {
+                    return Err(bad(i));
+                }
+                used[at + i] = true;
+            }
+        }
+        // 4. No tile takes a word not meant for it.
+        for (&tile, (l, used)) in &landed {
+            if let Some(i) = used.iter().position(|u| !u) {
+                return Err(ScheduleError::Misrouted { sender: l[i].0, receiver: tile, word: i as u32 });
+            }
+        }
+        Ok(())
     }
-    Ok(())
-}
-
 }
 
 #[cfg(test)]
@@ -585,7 +593,9 @@ mod tests {
                 break_one(&mut rng, &mut s);
                 let (runs, words) = (validate(&transfers, &s), reference::validate(&transfers, &s));
                 assert_eq!(runs.is_ok(), words.is_ok(), "case {case}: runs {runs:?}, words {words:?}\n{s:?}");
-                if let (Err(ScheduleError::Late { .. }), _) | (_, Err(ScheduleError::Late { .. })) = (&runs, &words) {
+                if let (Err(ScheduleError::Late { .. }), _) | (_, Err(ScheduleError::Late { .. })) =
+                    (&runs, &words)
+                {
                     assert_eq!(runs, words, "case {case}");
                 }
                 broken += usize::from(words.is_err());
@@ -599,7 +609,13 @@ mod tests {
     fn a_word_taken_twice_is_refused() {
         // Tile 1 selects tile 0 twice while its piece passes once... by moving the park past a
         // second send of the same words: the words land twice.
-        let ps = [Multicast { sender: 0, src: "x".into(), src_off: 0, words: 4, to: alloc::vec![(1, "y".into(), 0)] }];
+        let ps = [Multicast {
+            sender: 0,
+            src: "x".into(),
+            src_off: 0,
+            words: 4,
+            to: alloc::vec![(1, "y".into(), 0)],
+        }];
         let (mut s, transfers) = scatter(&ps).unwrap();
         let evs = s.events.get_mut(&1).unwrap();
         evs.retain(|e| !matches!(e, Event::Mux { source: MUX_NONE, .. }));
