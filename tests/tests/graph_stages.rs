@@ -200,3 +200,28 @@ fn rows_a_layernorm_leaves_are_held_row_major_by_the_grid_and_run_bit_exact() {
         assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
     }
 }
+
+#[test]
+fn a_long_transpose_is_cut_into_16_row_groups_and_runs_bit_exact() {
+    // Kᵀ of attention: [heads, tokens, 72] → [heads, 72, tokens]. Cut by column groups, a tile
+    // writes two output rows of 729 values (two workers busy); by 16-row groups it writes a
+    // 72 × 16 column block of the output, the layout a row chain's weight blocks take.
+    let src = "name = \"kt\"\noutputs = [\"Y\"]\n".to_string()
+        + &input("X", "[2, 729, 72]")
+        + &op("op = \"transpose\"\ninput = \"X\"\nperm = [0, 2, 1]\noutput = \"Y\"");
+    let graph = ipu_host::model::parse("m.toml", &src).unwrap();
+    let plan = ipu_core::plan::plan(&graph, ipu_core::plan::PlanOptions::new(64)).unwrap();
+    assert!(plan.mapping.iter().any(|m| m.contains("16-row groups")), "{:?}", plan.mapping);
+    let (out, pkg) = common::build_and_run(&src, 64, None, 7, 1);
+    assert_eq!(out.compared_elements, 2 * 729 * 72);
+    let (sim, pred) = (out.cycles[0], pkg.plan.predicted_cycles);
+    assert!(sim.abs_diff(pred) * 100 <= sim, "simulated {sim} predicted {pred}");
+    // The short matrices of the example encoder block keep column groups (more workers busy).
+    let short = "name = \"kt\"\noutputs = [\"Y\"]\n".to_string()
+        + &input("X", "[3, 50, 32]")
+        + &op("op = \"transpose\"\ninput = \"X\"\nperm = [0, 2, 1]\noutput = \"Y\"");
+    let graph = ipu_host::model::parse("m.toml", &short).unwrap();
+    let plan = ipu_core::plan::plan(&graph, ipu_core::plan::PlanOptions::new(64)).unwrap();
+    assert!(plan.mapping.iter().any(|m| m.contains("column groups")), "{:?}", plan.mapping);
+    common::build_and_run(&short, 64, None, 7, 1);
+}
