@@ -11,7 +11,7 @@
 //! Each row runs in a child process (this binary again, with `SIGLIP_ROW` set), so the peak
 //! memory it reports — `VmHWM` of `/proc/self/status` read right after the build (Linux) — is that
 //! row's build alone. `cargo bench --bench siglip_gemms [ROW…]` (about two minutes on 2 cores; rows:
-//! qkv, out-proj, mlp-up, mlp-down, mlp-up-gelu, attention).
+//! qkv, out-proj, mlp-up, mlp-down, mlp-up-gelu, attention, ln-mlp-up).
 
 use ipu_host::build::{build, BuildOptions};
 use ipu_host::session::load;
@@ -38,6 +38,16 @@ fn rows() -> Vec<(&'static str, String, u64, u64)> {
         src.replace("outputs = [\"C\"]", "outputs = [\"H\"]")
             + "[[ops]]\nop = \"gelu\"\ninput = \"C\"\noutput = \"H\"\ndtype = \"f16\"\napproximate = \"tanh\"\n"
     };
+    let layernorm_first = |src: String, d: u64| {
+        src.replace("a = \"A\"", "a = \"N\"").replace(
+            "[[ops]]",
+            &format!(
+                "[inputs.G]\ndtype = \"f16\"\nshape = [{d}]\n[inputs.Be]\ndtype = \"f16\"\nshape = [{d}]\n\
+                 [[ops]]\nop = \"layernorm\"\ninput = \"A\"\ngamma = \"G\"\nbeta = \"Be\"\neps = 1e-6\noutput = \"N\"\n\
+                 dtype = \"f16\"\n[[ops]]"
+            ),
+        )
+    };
     let f32acc = ipu_core::target::AMP_F32_MACS_PER_CYCLE as u64;
     let f16acc = ipu_core::target::AMP_F16_MACS_PER_CYCLE as u64;
     let (heads, tokens, dh) = (16u64, 729u64, 72u64);
@@ -60,6 +70,10 @@ fn rows() -> Vec<(&'static str, String, u64, u64)> {
         // the bound is the GEMM's alone).
         ("mlp-up-gelu", gelu(gemm("mlp-up-gelu", 729, 1152, 4304)), 729 * 1152 * 4304, f32acc),
         ("attention", attention, 2 * heads * tokens * tokens * dh, f16acc),
+        // MLP-up reading the second LayerNorm's output, as the layer has it: A arrives from an
+        // earlier stage as whole rows, held row-major by the grid (docs/kernels.md "Row-major
+        // A"); the bound is the GEMM's alone.
+        ("ln-mlp-up", layernorm_first(gemm("ln-mlp-up", 729, 1152, 4304), 1152), 729 * 1152 * 4304, f32acc),
     ]
 }
 
