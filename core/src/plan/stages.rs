@@ -216,9 +216,28 @@ fn a_rows_whole(
 ) -> bool {
     let OpKind::MatMul { a, transpose_a: false, .. } = g.ops[op].kind else { return false };
     let Some(slices) = held.get(&a).or_else(|| held.get(&base_of(a))) else { return false };
-    let bytes = |long: bool| -> u64 {
-        slices.iter().filter(|s| (s.row_bytes > 32) == long).map(|s| s.rows as u64 * s.row_bytes as u64).sum()
-    };
+    // Runs of bytes contiguous both in the tensor and on the tile: a slice's rows, or one-row
+    // slices that continue each other (a row chain with one row per tile holds its row as
+    // consecutive K blocks).
+    let mut one_row: Vec<&SliceRef> = slices.iter().filter(|s| s.rows == 1).collect();
+    one_row.sort_by_key(|s| (s.tile, s.buffer.clone(), s.tensor_offset));
+    let mut runs: Vec<(u64, u64)> =
+        slices.iter().filter(|s| s.rows != 1).map(|s| (s.row_bytes as u64, s.rows as u64)).collect();
+    let mut prev: Option<&SliceRef> = None;
+    for s in one_row {
+        let continues = prev.is_some_and(|p| {
+            p.tile == s.tile
+                && p.buffer == s.buffer
+                && p.tensor_offset + p.row_bytes as u64 == s.tensor_offset
+                && p.offset + p.row_bytes == s.offset
+        });
+        match runs.last_mut() {
+            Some(last) if continues => last.0 += s.row_bytes as u64,
+            _ => runs.push((s.row_bytes as u64, 1)),
+        }
+        prev = Some(s);
+    }
+    let bytes = |long: bool| -> u64 { runs.iter().filter(|r| (r.0 > 32) == long).map(|r| r.0 * r.1).sum() };
     bytes(true) > bytes(false)
 }
 

@@ -103,7 +103,8 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let bind = |t, direction, slices| BindingPlan { tensor: t, direction, transpose: false, slices };
     let mut grids = vec![[1, 1, 1]; g.ops.len()];
     grids[op] = [used, 1, 1];
-    let mapping = format!("transpose {batches}×[{rows}, {cols}] in {groups} {split_by} per matrix, tiles={used}");
+    let mapping =
+        format!("transpose {batches}×[{rows}, {cols}] in {groups} {split_by} per matrix, tiles={used}");
     let bindings = vec![bind(input, Direction::Input, ins), bind(g.ops[op].output, Direction::Output, outs)];
     Ok(Plan::compute_only(plans, bindings, used, mapping, grids))
 }
