@@ -198,7 +198,7 @@ pub enum CweiLoad {
 impl CweiLoad {
     /// The load an AMP kernel needs.
     pub fn for_kernel(amp: Kernel) -> Self {
-        if amp == Kernel::AmpF32 {
+        if matches!(amp, Kernel::AmpF32 | Kernel::AmpF32Strided) {
             CweiLoad::Half
         } else {
             CweiLoad::Full

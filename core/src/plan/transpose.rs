@@ -1,7 +1,8 @@
 //! Transposes of the last two axes (`[…, R, C]` → `[…, C, R]`), the one layout change the
-//! redistribution cannot do by moving words (an element is 2 bytes): each tile takes a group of
-//! columns of one batch entry — `R` rows of 2-value-aligned column pieces, brought by the
-//! redistribution — and writes them as output rows with `transpose_f16` (docs/kernels.md).
+//! redistribution cannot do by moving words (an element is 2 bytes): each tile takes a part of one
+//! batch entry — a group of columns (`R` rows of 2-value-aligned column pieces) or a group of rows
+//! (a multiple of 16 rows, all columns; [`Split`]), brought by the redistribution — and writes it
+//! as output rows with `transpose_f16` (docs/kernels.md).
 
 use alloc::format;
 use alloc::vec;
@@ -112,8 +113,8 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
 /// How a matrix is cut into the parts tiles transpose.
 ///
 /// By column groups (each part all `R` rows of a few columns, so each tile writes whole output
-/// rows), or by row groups of 16 (each part all columns of 16 input rows, so each tile writes a
-/// 16-wide column block of the output: `[C][16]`, the layout of a row chain's weight blocks, which
+/// rows), or by row groups (each part all columns of a multiple of 16 input rows, so each tile
+/// writes column blocks of the output, 16 wide when there are tiles enough: `[C][16]`, the layout of a row chain's weight blocks, which
 /// then arrive as one exchange piece per block instead of one per block row — the `K`ᵀ of
 /// attention). Row groups when their slowest worker issues no more than the column groups' (a
 /// column group of a long matrix has few columns, so most workers idle: SigLIP's `K`ᵀ, 729×72,
@@ -131,9 +132,10 @@ impl Split {
     fn choose(rows: u64, cols: u64, batches: u64, tiles: u64) -> Split {
         let per_matrix = (tiles / batches).max(1);
         let columns = Split::Columns(per_matrix.clamp(1, cols.div_ceil(2)));
-        let blocks = rows.div_ceil(16);
+        let blocks = rows.div_ceil(16).max(1);
         let rows_split = Split::Rows(blocks.div_ceil(blocks.div_ceil(per_matrix)).max(1));
-        if rows_split.worst_issues(rows, cols) <= columns.worst_issues(rows, cols) {
+        // Ties keep column groups (one row group of a short matrix is the same part).
+        if rows_split.worst_issues(rows, cols) < columns.worst_issues(rows, cols) {
             rows_split
         } else {
             columns

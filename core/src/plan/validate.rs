@@ -16,6 +16,9 @@
 //!    incoming pointer, advanced by one word per word taken since the pointer was set;
 //! 3. the words each tile takes, and where they land, are exactly the words the transfers to that
 //!    tile name, at their destinations (no word missing, none extra, none landing twice).
+//!
+//! Offsets are byte offsets of whole words (4-aligned), as every planner emits them; a transfer of
+//! no words asks nothing.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -453,6 +456,11 @@ pub(crate) mod reference {
         let mut cursor = (u16::MAX, 0usize);
         for i in order {
             let (t, (src, dst)) = (&transfers[i], ids[i]);
+            // A transfer of no words asks nothing (the run form's reading; the original refused
+            // one whose receiver had no mux events).
+            if t.words == 0 {
+                continue;
+            }
             let bad = |word: usize| ScheduleError::Misrouted {
                 sender: t.sender,
                 receiver: t.receiver,
