@@ -194,6 +194,16 @@ fn rows_a_layernorm_leaves_are_held_row_major_by_the_grid_and_run_bit_exact() {
             })
             .count();
         assert!(strided > 0, "{m}x{d}x{n} {acc} on {tiles}: no tile runs the strided kernel");
+        // f32 partials read half the weight store: the strided form loads half as the plain does.
+        for (_, t) in plan.tiles.distinct() {
+            if t.steps.iter().any(|s| matches!(s, Step::RunAll(Kernel::AmpF32Strided, ..))) {
+                let loads = t.steps.iter().filter_map(|s| match s {
+                    Step::LoadWeights(_, _, load) => Some(*load),
+                    _ => None,
+                });
+                assert!(loads.into_iter().all(|l| l == ipu_core::plan::CweiLoad::Half), "{acc}: a full load");
+            }
+        }
         let (out, pkg) = common::build_and_run(&src, tiles, None, 3, 2);
         assert!(out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
         let (sim, pred) = (out.cycles[1], pkg.plan.predicted_cycles);
