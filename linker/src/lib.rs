@@ -38,6 +38,8 @@ pub enum LinkError {
         buffer: String,
         /// Bytes that could not be placed.
         over: u64,
+        /// Bytes of the tile's code (region 0 below the buffers there).
+        code: u32,
     },
     /// Code larger than the executable region.
     CodeTooLarge(u16, u32),
@@ -47,8 +49,11 @@ impl core::fmt::Display for LinkError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             LinkError::Asm(t, e) => write!(f, "tile {t}: generated code does not assemble: {e}"),
-            LinkError::NoSpace { tile, buffer, over } => {
-                write!(f, "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over)")
+            LinkError::NoSpace { tile, buffer, over, code } => {
+                write!(
+                    f,
+                    "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over; the tile's code takes {code} bytes)"
+                )
             }
             LinkError::CodeTooLarge(t, n) => {
                 write!(f, "tile {t}: {n} bytes of code exceed the executable region 0x4c000..0x80000")
@@ -272,6 +277,7 @@ fn place(
                 tile,
                 buffer: b.name.to_string(),
                 over: (b.bytes - largest.min(b.bytes)) as u64,
+                code: code_end - TILE_MEM_BASE,
             });
         };
         addr_of.insert(b.name.to_string(), a);

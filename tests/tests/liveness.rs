@@ -140,7 +140,8 @@ fn what_a_kernel_reads_past_a_buffer_stays_inside_tile_memory() {
     let l = ipu_linker::link(0, "main:\n    exit\n", &fill(after)).expect("reads end at the last byte");
     assert_eq!(l.symbols.get("a").map(|a| a + whole + after), Some(TILE_MEM_END));
     // Reading one word more would leave tile memory; region 0 is too small for it: refused.
-    assert!(ipu_linker::link(0, "main:\n    exit\n", &fill(after + 4)).is_err());
+    let e = ipu_linker::link(0, "main:\n    exit\n", &fill(after + 4)).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("tile 0: buffer `a`") && e.contains("the tile's code takes"), "{e}");
     // A smaller buffer with a long read-ahead goes lower in region 1, so its reads stay inside.
     let b = [Buffer { read_past: 4096, ..buffer("b", whole - 8192, Live::ALWAYS) }];
     let l = ipu_linker::link(0, "main:\n    exit\n", &b).expect("links");
