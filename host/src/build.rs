@@ -105,20 +105,14 @@ fn link_error_message(
     if let LinkError::CodeTooLarge(t, bytes) = err {
         return format!("{file}: {err}{}", code_by_phase(plan, *t, *bytes));
     }
-    let LinkError::NoSpace { buffer, tile, code, .. } = err else { return err.to_string() };
-    // What the code is made of, where it is a large share of the tile.
-    let code_parts = if *code as u64 * 8 > ipu_core::target::TILE_MEM_SIZE as u64 {
-        code_by_phase(plan, *tile, *code)
-    } else {
-        String::new()
-    };
+    let LinkError::NoSpace { buffer, .. } = err else { return err.to_string() };
     match plan::stage_op(g, buffer) {
         Some((i, _)) => format!(
             "{}: {err}: the stage's buffers fit the tile by size but not in one free range each (more \
-             tiles, or fewer ops kept live across this stage, leave room){code_parts}",
+             tiles, or fewer ops kept live across this stage, leave room)",
             op_location(file, src, g, i)
         ),
-        None => format!("{file}: {err}{code_parts}"),
+        None => format!("{file}: {err}"),
     }
 }
 
