@@ -249,7 +249,7 @@ mod tests {
     use super::*;
     use crate::isa::{encode, Class, Op, TABLE};
     use crate::target::{CWEI_BYTES, TILE_MEM_SIZE};
-    use crate::tile::{Regs, Tile, TileBus, WorkerFp};
+    use crate::tile::{Regs, Tile, WorkerFp};
     use alloc::vec;
 
     /// An empty entry never hits: its tag is not a fetchable address.
@@ -265,13 +265,7 @@ mod tests {
         assert_eq!((d.len, d.cost, d.allowed), (4, 1, [true, true]));
     }
 
-    struct NoBus;
-    impl TileBus for NoBus {
-        fn send(&mut self, _: u64, _: &[u8]) {}
-        fn set_mux(&mut self, _: u64, _: u32) {}
-        fn set_incoming_ptr(&mut self, _: u64, _: u32) {}
-        fn set_dcount(&mut self, _: u64, _: u32) {}
-    }
+    use crate::tile::NoBus;
 
     /// The bundle rule as docs/target.md §4.1 states it, on the whole `$a` file: both halves
     /// read the registers as they were before; a register both halves change is a fault.

@@ -10,6 +10,17 @@ pub mod mem;
 #[cfg(test)]
 mod pace_tests;
 
+/// A bus that drops everything, for unit tests of instructions that never reach the fabric.
+#[cfg(test)]
+pub(crate) struct NoBus;
+#[cfg(test)]
+impl TileBus for NoBus {
+    fn send(&mut self, _: u64, _: &[u8]) {}
+    fn set_mux(&mut self, _: u64, _: u32) {}
+    fn set_incoming_ptr(&mut self, _: u64, _: u32) {}
+    fn set_dcount(&mut self, _: u64, _: u32) {}
+}
+
 pub use fault::{CtxId, Fault, FaultKind};
 
 use crate::target::{zone, BARREL_SLOTS, CWEI_BYTES, CWEI_HALF_BYTES, RPT_MAX_COUNT, WORKERS};

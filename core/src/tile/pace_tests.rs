@@ -3,19 +3,11 @@
 //! memory), the encoding and the text.
 
 use super::exec::{pack_triple, unpack_triple, Cx, Flow};
-use super::{FaultKind, Regs, Shared, Tile, TileBus, WorkerFp};
+use super::{FaultKind, NoBus, Regs, Shared, Tile, WorkerFp};
 use crate::isa::{decode, encode, parse_issue, Disasm, Instr, Issue, Op};
 use crate::target::{TILE_MEM_BASE, TILE_MEM_END, TILE_MEM_SIZE};
 use alloc::string::ToString;
 use alloc::vec::Vec;
-
-struct NoBus;
-impl TileBus for NoBus {
-    fn send(&mut self, _: u64, _: &[u8]) {}
-    fn set_mux(&mut self, _: u64, _: u32) {}
-    fn set_incoming_ptr(&mut self, _: u64, _: u32) {}
-    fn set_dcount(&mut self, _: u64, _: u32) {}
-}
 
 /// A worker context and tile memory whose byte at address `a` is `a mod 251` (so every 8 bytes
 /// read say where they came from).
