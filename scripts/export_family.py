@@ -7,7 +7,7 @@ tests/tests/onnx_family.rs.
 
     python3 scripts/export_family.py OUT_DIR [--models mlp,acts,vit,clip,dinov2,bert,bert_mask]
         [--image 64 --patch 16 --width 96 --layers 2 --heads 4 --tokens 16 --seed 0 --attn eager]
-        [--suffix _sdpa]
+        [--mlp 0 --vocab 1000] [--suffix _sdpa]
 
 The committed fixtures: the default run (eager attention), and `--models vit,dinov2,bert --attn
 sdpa --suffix _sdpa` (transformers' default attention, which torch writes with a zero mask and a
@@ -96,22 +96,23 @@ def vision(kind, a):
     from transformers import (CLIPVisionConfig, CLIPVisionModel, Dinov2Config, Dinov2Model, ViTConfig,
                               ViTModel)
     common = dict(image_size=a.image, patch_size=a.patch, hidden_size=a.width, num_hidden_layers=a.layers,
-                  num_attention_heads=a.heads, intermediate_size=2 * a.width)
+                  num_attention_heads=a.heads, intermediate_size=a.mlp or 2 * a.width)
     if kind == "vit":
         m = ViTModel(ViTConfig(**common, attn_implementation=a.attn))
     elif kind == "clip":
         m = CLIPVisionModel(CLIPVisionConfig(**common, attn_implementation=a.attn))
     else:
-        m = Dinov2Model(Dinov2Config(**common, mlp_ratio=2, attn_implementation=a.attn))
+        m = Dinov2Model(Dinov2Config(**common, mlp_ratio=(a.mlp or 2 * a.width) // a.width,
+                                     attn_implementation=a.attn))
     return Outputs(randomise(m), "pixel_values"), torch.randn(1, 3, a.image, a.image), "pixel_values"
 
 
 def bert(a, masked):
     """BERT on token ids; with `masked`, also an attention mask whose last quarter is padding."""
     from transformers import BertConfig, BertModel
-    cfg = BertConfig(vocab_size=1000, hidden_size=a.width, num_hidden_layers=a.layers,
-                     num_attention_heads=a.heads, intermediate_size=2 * a.width, max_position_embeddings=64,
-                     attn_implementation=a.attn)
+    cfg = BertConfig(vocab_size=a.vocab, hidden_size=a.width, num_hidden_layers=a.layers,
+                     num_attention_heads=a.heads, intermediate_size=a.mlp or 2 * a.width,
+                     max_position_embeddings=max(64, a.tokens), attn_implementation=a.attn)
     ids = torch.randint(0, cfg.vocab_size, (1, a.tokens), dtype=torch.int64)
     m = randomise(BertModel(cfg))
     if not masked:
@@ -131,6 +132,8 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--mlp", type=int, default=0, help="MLP hidden width (default 2 × width)")
+    ap.add_argument("--vocab", type=int, default=1000, help="BERT vocabulary")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--opset", type=int, default=18)
     ap.add_argument("--attn", default="eager", help="transformers attn_implementation (eager or sdpa)")
@@ -154,6 +157,7 @@ def main():
             xs, names = (x,), [xin]
         stem = name + a.suffix
         path = out / f"{stem}.onnx"
+        # Inline weights under 2 GB (protobuf's limit); base sizes (ViT-B, BERT-base) are under it.
         torch.onnx.export(model, xs, str(path), opset_version=a.opset, input_names=names, output_names=outs,
                           external_data=False)
         for n, x in zip(names, xs):

@@ -160,8 +160,8 @@ pub fn plan_error_message(
     let at = |i: usize| op_location(file, src, g, i);
     match err {
         plan::PlanError::Unsupported(i, w) => format!("{}: {w}", at(*i)),
-        plan::PlanError::NoRoom { tile, op, needed, free } => {
-            format!("{}: {}", at(*op), plan::no_room(*tile, *needed, *free))
+        plan::PlanError::NoRoom { tile, op, needed, free, held } => {
+            format!("{}: {}", at(*op), plan::no_room(*tile, *needed, *free, held))
         }
         plan::PlanError::Memory { tile, buffer, over } => {
             let name = buffer.strip_prefix("tensor `").and_then(|b| b.strip_suffix('`'));

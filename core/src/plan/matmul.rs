@@ -303,6 +303,11 @@ pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: boo
 /// first, each into the first free range that holds it — region 1 up to the host area, then
 /// region 0 after the code (at most `RUNTIME_RESERVE` of code assumed). The total alone is not
 /// enough: one buffer larger than either range cannot be placed however much is free.
+/// Whether `g`'s buffers fit a tile with the reduction fan-in it would take.
+pub(super) fn fits_grid(mm: &MatMul, g: Grid) -> bool {
+    fits(mm, g, fan_in(mm, g))
+}
+
 fn fits(mm: &MatMul, g: Grid, f: u64) -> bool {
     fits_sizes(buffers_with(mm, g, f))
 }

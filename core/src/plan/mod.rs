@@ -17,6 +17,7 @@ pub mod map;
 pub mod matmul;
 pub mod profile;
 pub mod redistribute;
+pub mod resident;
 mod reduce;
 pub mod rows;
 pub mod scatter;
@@ -477,6 +478,8 @@ pub enum PlanError {
         needed: u64,
         /// Bytes left on the tile before it.
         free: u64,
+        /// What the rest of the tile holds at that point.
+        held: Held,
     },
     /// The plan costs more than `PlanOptions::budget` (search candidates only).
     OverBudget {
@@ -491,8 +494,8 @@ impl core::fmt::Display for PlanError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             PlanError::Unsupported(op, w) => write!(f, "op {op}: {w}"),
-            PlanError::NoRoom { tile, op, needed, free } => {
-                write!(f, "op {op}: {}", no_room(*tile, *needed, *free))
+            PlanError::NoRoom { tile, op, needed, free, held } => {
+                write!(f, "op {op}: {}", no_room(*tile, *needed, *free, held))
             }
             PlanError::Memory { tile, buffer, over } => {
                 write!(f, "tile {tile}: {buffer} does not fit in tile memory ({over} bytes over)")
@@ -505,12 +508,50 @@ impl core::fmt::Display for PlanError {
 }
 
 /// The words of a [`PlanError::NoRoom`] after the op.
-pub fn no_room(tile: u16, needed: u64, free: u64) -> String {
+pub fn no_room(tile: u16, needed: u64, free: u64, held: &Held) -> String {
     alloc::format!(
         "tile {tile}: placing it needs {needed} bytes of tile memory where {free} are free (of {}; the \
-         rest holds params, descriptors and the earlier ops' buffers still to be read); use more tiles",
-        BUFFER_BYTES
+         rest holds {} bytes of resident tensors (params and host-bound buffers), {} of descriptor \
+         tables, {} of exchange buffers and {} of earlier ops' results still to be read); use more \
+         tiles{}",
+        BUFFER_BYTES,
+        held.resident,
+        held.descriptors,
+        held.exchange,
+        held.earlier,
+        if held.resident > BUFFER_BYTES / 2 { " or --weights fp8" } else { "" }
     )
+}
+
+/// Bytes a tile holds at one point of the program, by kind (the detail of [`PlanError::NoRoom`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Tensors live for the whole run: params, host-bound inputs and outputs.
+    pub resident: u64,
+    /// Kernel descriptor tables.
+    pub descriptors: u64,
+    /// Exchange receive buffers.
+    pub exchange: u64,
+    /// Results of earlier ops that later ops still read.
+    pub earlier: u64,
+}
+
+impl Held {
+    /// The bytes of `buffers` live at position `x`, by kind (each rounded up to 16 bytes, as
+    /// `liveness::live_bytes` counts them).
+    pub fn at(buffers: &[Buffer], x: u32) -> Held {
+        let mut h = Held::default();
+        for b in buffers.iter().filter(|b| b.live.from <= x && x <= b.live.to) {
+            let bytes = (b.bytes as u64).div_ceil(16) * 16;
+            match b.kind {
+                MemKind::Descriptor => h.descriptors += bytes,
+                MemKind::Exchange => h.exchange += bytes,
+                MemKind::Tensor if b.live == Live::ALWAYS => h.resident += bytes,
+                MemKind::Tensor | MemKind::Profile => h.earlier += bytes,
+            }
+        }
+        h
+    }
 }
 
 /// Options for planning.
@@ -595,8 +636,8 @@ pub fn plan_with_grids(
             c.orig.iter().map(|o| o.and_then(|i| grids.get(i).copied().flatten())).collect();
         let mut plan = plan_with_grids(&c.graph, opts, &forward).map_err(|e| match e {
             PlanError::Unsupported(op, w) => PlanError::Unsupported(c.model_op(op), w),
-            PlanError::NoRoom { tile, op, needed, free } => {
-                PlanError::NoRoom { tile, op: c.model_op(op), needed, free }
+            PlanError::NoRoom { tile, op, needed, free, held } => {
+                PlanError::NoRoom { tile, op: c.model_op(op), needed, free, held }
             }
             other => other,
         })?;
@@ -621,7 +662,10 @@ pub fn plan_with_grids(
     if let (None, false, Some(e)) = (&whole, cut_changes_it, &refusal) {
         return Err(e.clone());
     }
-    let mut plan = stages::plan(graph, opts, &cut, grids, whole).map_err(|(e, in_chain)| {
+    // Param stages move to grids of one row group where the default grids would put more
+    // weights on one tile than the budget (docs/graph-planner.md "Resident weights").
+    let lean = if whole.is_none() { resident::grids(graph, opts, &cut, grids) } else { grids.to_vec() };
+    let mut plan = stages::plan(graph, opts, &cut, &lean, whole).map_err(|(e, in_chain)| {
         // When a row-chain stage refuses, the whole-graph error says more (the same planner
         // refused a larger piece, with the reason in the user's terms).
         // Unless the whole-graph refusal is about an op the partition gave to another stage

@@ -168,6 +168,12 @@ pub fn matmul_stages(g: &Graph, opts: PlanOptions) -> Vec<(usize, super::matmul:
     if !cut.iter().any(|ops| grid_matmul(g, ops[0])) || super::single(g, opts).is_ok() {
         return Vec::new();
     }
+    stage_matmuls(g, &cut)
+}
+
+/// The grid matmul stages of the partition `cut`: each stage's matmul op and the matmul planner's
+/// view of it (with its fused epilogue).
+pub fn stage_matmuls(g: &Graph, cut: &[Vec<usize>]) -> Vec<(usize, super::matmul::MatMul)> {
     cut.iter()
         .filter(|ops| grid_matmul(g, ops[0]))
         .filter_map(|ops| {
@@ -503,7 +509,8 @@ pub fn plan(
                     );
                     if before + needed > limit {
                         let free = limit.saturating_sub(before);
-                        return Err((PlanError::NoRoom { tile, op: ops[0], needed, free }, false));
+                        let held = super::Held::at(&merged.tiles[t].buffers, x);
+                        return Err((PlanError::NoRoom { tile, op: ops[0], needed, free, held }, false));
                     }
                 }
                 // The first stage's program moves in whole (shared by the tiles that share it): at
