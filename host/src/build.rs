@@ -105,14 +105,21 @@ fn link_error_message(
     if let LinkError::CodeTooLarge(t, bytes) = err {
         return format!("{file}: {err}{}", code_by_phase(plan, *t, *bytes));
     }
-    let LinkError::NoSpace { buffer, .. } = err else { return err.to_string() };
+    let LinkError::NoSpace { buffer, peak, room, .. } = err else { return err.to_string() };
+    let why = if *peak > *room as u64 {
+        format!(
+            ": the planner kept {} bytes for code and this tile's code takes more (fewer exchange \
+             pieces or launches on it, or more tiles, leave room)",
+            plan::RUNTIME_RESERVE
+        )
+    } else {
+        ": the stage's buffers fit the tile by size but not in one free range each (more tiles, or \
+         fewer ops kept live across this stage, leave room)"
+            .to_string()
+    };
     match plan::stage_op(g, buffer) {
-        Some((i, _)) => format!(
-            "{}: {err}: the stage's buffers fit the tile by size but not in one free range each (more \
-             tiles, or fewer ops kept live across this stage, leave room)",
-            op_location(file, src, g, i)
-        ),
-        None => format!("{file}: {err}"),
+        Some((i, _)) => format!("{}: {err}{why}", op_location(file, src, g, i)),
+        None => format!("{file}: {err}{why}"),
     }
 }
 

@@ -5,8 +5,9 @@
 //! largest-alignment-then-largest-first, first fit, into region 1 (0x80000..0xE8000) and then the
 //! rest of region 0 after the code; a buffer only avoids the bytes of placed buffers whose
 //! lifetimes overlap its own (`Buffer::live`, docs/graph-planner.md). When some buffer finds no
-//! free range in that order, two more orders are tried (by first use; by bytes × lifetime).
-//! Deterministic: ties break by name.
+//! free range in that order, two more orders are tried (by first use; by bytes × lifetime), then
+//! the three again over one range from the code's end to the host area (a buffer may straddle
+//! 0x80000: only code is bound to region 0). Deterministic: ties break by name.
 #![no_std]
 #![forbid(unsafe_code)]
 extern crate alloc;
@@ -40,6 +41,10 @@ pub enum LinkError {
         over: u64,
         /// Bytes of the tile's code (region 0 below the buffers there).
         code: u32,
+        /// The most bytes the tile's buffers take at once (each rounded up to 16).
+        peak: u64,
+        /// Bytes between the code's end and the host area: what the buffers may use.
+        room: u32,
     },
     /// Code larger than the executable region.
     CodeTooLarge(u16, u32),
@@ -49,10 +54,11 @@ impl core::fmt::Display for LinkError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             LinkError::Asm(t, e) => write!(f, "tile {t}: generated code does not assemble: {e}"),
-            LinkError::NoSpace { tile, buffer, over, code } => {
+            LinkError::NoSpace { tile, buffer, over, code, peak, room } => {
                 write!(
                     f,
-                    "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over; the tile's code takes {code} bytes)"
+                    "tile {tile}: buffer `{buffer}` does not fit in tile memory ({over} bytes over; the tile's code \
+                     takes {code} bytes, leaving {room} for buffers, which take {peak} at their peak)"
                 )
             }
             LinkError::CodeTooLarge(t, n) => {
@@ -99,21 +105,34 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     // Place buffers: largest first; if a buffer finds no free range that way, other orders
     // (`ORDERS`), each deterministic. The first order's placement is what every package that fits
     // with it gets, so adding orders changes no image that linked before.
+    // Last, the same orders over the two regions as one range: a buffer may then start after the
+    // code in region 0 and end in region 1 (data may sit anywhere in tile memory; only code is
+    // bound to region 0, docs/target.md §2), which uses the bytes the split leaves at both sides
+    // of 0x80000. Tried last so that every image that linked before is unchanged.
     let mut first_err = None;
     let mut addr_of = None;
-    for order in ORDERS {
-        match place(tile, buffers, code_end, order) {
+    let tries = ORDERS.iter().map(|&o| (o, false)).chain(ORDERS.iter().map(|&o| (o, true)));
+    for (order, joined) in tries {
+        match place(tile, buffers, code_end, order, joined) {
             Ok(a) => {
                 addr_of = Some(a);
                 break;
             }
-            Err(e) => {
+            // The error told is the first over the joined range: its bytes over are what no
+            // placement found.
+            Err(e) if joined => {
                 first_err.get_or_insert(e);
             }
+            Err(_) => {}
         }
     }
     let Some(addr_of) = addr_of else {
-        return Err(first_err.expect("at least one order was tried"));
+        let mut e = first_err.expect("at least one order was tried");
+        if let LinkError::NoSpace { peak, room, .. } = &mut e {
+            *peak = peak_bytes(buffers);
+            *room = HOST_AREA_BASE - code_end;
+        }
+        return Err(e);
     };
     // Pass 2: real addresses, initialised buffers as data segments.
     let mut text = String::new();
@@ -234,12 +253,33 @@ enum Order {
 
 const ORDERS: [Order; 3] = [Order::Largest, Order::FirstUse, Order::Footprint];
 
-/// Place every buffer in `order`, first fit: region 1, then region 0 after the code.
+/// The most bytes live at once (each buffer rounded up to 16 bytes, as placed): a sweep over
+/// lifetime ends.
+fn peak_bytes(buffers: &[Buffer]) -> u64 {
+    let mut ends: Vec<(u64, i64)> = Vec::with_capacity(2 * buffers.len());
+    for b in buffers {
+        let bytes = ((b.bytes as u64).div_ceil(16) * 16) as i64;
+        ends.push((b.live.from as u64, bytes));
+        ends.push((b.live.to as u64 + 1, -bytes));
+    }
+    // At one position, bytes that are freed go before bytes that arrive.
+    ends.sort_unstable();
+    let (mut now, mut peak) = (0i64, 0i64);
+    for (_, d) in ends {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as u64
+}
+
+/// Place every buffer in `order`, first fit: region 1, then region 0 after the code; `joined`:
+/// one range from the code's end to the host area.
 fn place(
     tile: u16,
     buffers: &[Buffer],
     code_end: u32,
     order: Order,
+    joined: bool,
 ) -> Result<BTreeMap<String, u32>, LinkError> {
     let span = |b: &Buffer| (b.live.to.min(1 << 20) - b.live.from.min(1 << 20)) as u64 + 1;
     let mut sorted: Vec<&Buffer> = buffers.iter().collect();
@@ -252,7 +292,9 @@ fn place(
         b.align.cmp(&a.align).then(by).then(a.name.cmp(&b.name))
     });
     // The host area at the top of region 1 is reserved for the runtime's mailbox.
-    let regions = [(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let split = [(EXEC_REGION_END, HOST_AREA_BASE), (code_end, EXEC_REGION_END)];
+    let whole = [(code_end, HOST_AREA_BASE)];
+    let regions: &[(u32, u32)] = if joined { &whole } else { &split };
     let mut placed: [Vec<Placed>; 2] = [Vec::new(), Vec::new()];
     let mut addr_of: BTreeMap<String, u32> = BTreeMap::new();
     for b in sorted {
@@ -278,6 +320,8 @@ fn place(
                 buffer: b.name.to_string(),
                 over: (b.bytes - largest.min(b.bytes)) as u64,
                 code: code_end - TILE_MEM_BASE,
+                peak: 0,
+                room: 0,
             });
         };
         addr_of.insert(b.name.to_string(), a);

@@ -139,12 +139,37 @@ fn what_a_kernel_reads_past_a_buffer_stays_inside_tile_memory() {
     let fill = |read_past| [Buffer { read_past, ..buffer("a", whole, Live::ALWAYS) }];
     let l = ipu_linker::link(0, "main:\n    exit\n", &fill(after)).expect("reads end at the last byte");
     assert_eq!(l.symbols.get("a").map(|a| a + whole + after), Some(TILE_MEM_END));
-    // Reading one word more would leave tile memory; region 0 is too small for it: refused.
-    let e = ipu_linker::link(0, "main:\n    exit\n", &fill(after + 4)).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("tile 0: buffer `a`") && e.contains("the tile's code takes"), "{e}");
+    // Reading one word more would leave tile memory; region 0 alone is too small for it, so it
+    // starts after the code and ends in region 1, its reads inside tile memory.
+    let l = ipu_linker::link(0, "main:\n    exit\n", &fill(after + 4)).expect("links across 0x80000");
+    let a = l.symbols["a"];
+    assert!(a < EXEC_REGION_END && a >= l.code_end && a + whole + after + 4 <= TILE_MEM_END, "{a:#x}");
     // A smaller buffer with a long read-ahead goes lower in region 1, so its reads stay inside.
     let b = [Buffer { read_past: 4096, ..buffer("b", whole - 8192, Live::ALWAYS) }];
     let l = ipu_linker::link(0, "main:\n    exit\n", &b).expect("links");
     let end = l.symbols["b"] + whole - 8192;
     assert!(end + 4096 <= TILE_MEM_END, "{end:#x}");
+}
+
+/// A buffer larger than either data range (region 0 after the code, region 1 below the host area)
+/// but not than both: placed across 0x80000 once the split placements fail (data may sit
+/// anywhere in tile memory; only code is bound to region 0). One byte more than both: refused,
+/// the error giving the buffers' peak and the room the code leaves.
+#[test]
+fn a_buffer_larger_than_either_region_straddles_them() {
+    use ipu_core::target::{EXEC_REGION_END, HOST_AREA_BASE};
+    let code = "main:\n    exit\n";
+    let probe = ipu_linker::link(0, code, &[]).expect("links");
+    let room = HOST_AREA_BASE - probe.code_end;
+    let big = (HOST_AREA_BASE - EXEC_REGION_END) + 1024;
+    let l = ipu_linker::link(0, code, &[buffer("a", big, Live::ALWAYS)]).expect("straddles");
+    let a = l.symbols["a"];
+    assert!(a < EXEC_REGION_END && a + big > EXEC_REGION_END && a + big <= HOST_AREA_BASE, "{a:#x}");
+    // Buffers placed with the split ranges keep their addresses (region 1 first).
+    let l = ipu_linker::link(0, code, &[buffer("b", 4096, Live::ALWAYS)]).expect("links");
+    assert_eq!(l.symbols["b"], EXEC_REGION_END);
+    let e = ipu_linker::link(0, code, &[buffer("a", room + 16, Live::ALWAYS)]).map(|_| ()).unwrap_err();
+    let text = e.to_string();
+    let peak = (room + 16).div_ceil(16) * 16;
+    assert!(text.contains(&format!("leaving {room} for buffers, which take {peak} at their peak")), "{text}");
 }
