@@ -358,6 +358,7 @@ fn finish(
         });
         let t = *tile as usize;
         if st.expected[t].is_some() {
+            early_pointers(evs);
             elide(*tile, evs, &sends);
         }
         if let Some(words) = st.expected[t] {
@@ -371,6 +372,38 @@ fn finish(
     let Some(transfers) = transfers else { return Ok((s, Vec::new())) };
     exchange::validate(&transfers, &s)?;
     Ok((s, transfers))
+}
+
+/// Set each piece's incoming pointer as soon as the previous piece has landed (one cycle after its
+/// park) and the tile's supervisor is free, instead of one cycle before the piece arrives: the
+/// wait before the piece then falls on its mux change, whose `delayxpic` holds up to 4,095 cycles
+/// of delay, where a pointer's `delaypic` holds 127 and a longer gap took a `delay` instruction
+/// more (docs/runtime.md "Exchange code size"). No word lands between a park and the next mux
+/// change, so the pointer takes every word it took before; the validation checks that. `evs` is
+/// the receiver's events in time order as [`record`] writes them; the first piece keeps its time
+/// (the receiver's `Expect` goes before it).
+fn early_pointers(evs: &mut [Event]) {
+    // The first cycle the next event can take effect (the supervisor issues one instruction
+    // after another; a send holds it for its words), and the cycle after the last park.
+    let (mut free, mut parked) = (0u64, None::<u64>);
+    for e in evs.iter_mut() {
+        match e {
+            Event::Pointer { at, .. } => {
+                if let Some(p) = parked {
+                    *at = (*at).min(free.max(p + 1));
+                }
+                free = *at + 1;
+            }
+            Event::Mux { at, source } => {
+                if *source == MUX_NONE {
+                    parked = Some(*at);
+                }
+                free = *at + 1;
+            }
+            Event::Send { at, words, .. } => free = free.max(*at + *words as u64),
+            Event::Expect(_) | Event::Drain { .. } => {}
+        }
+    }
 }
 
 /// Drop receiver events that change nothing (docs/runtime.md "Exchange code size"): a pointer
@@ -541,6 +574,30 @@ mod tests {
             scatter(&[piece(0, 0, 4, &[(1, 0)]), piece(0, 16, 4, &[(2, 0)]), piece(0, 32, 4, &[(1, 16)])])
                 .unwrap();
         assert_eq!(count(&s.events[&1]).2, 2, "{:?}", s.events[&1]);
+    }
+
+    #[test]
+    fn a_pointer_is_set_once_the_previous_piece_has_landed() {
+        // Tile 0 sends 8 words to tile 1, 200 to tile 2, then 8 more to tile 1 at a gap in its
+        // buffer: tile 1's second pointer goes one cycle after its first park, so the 200-cycle
+        // wait falls on the mux change (`delayxpic`, 12 bits) rather than a `delay` before a
+        // `delaypic` (7 bits); the schedule validates (`scatter` runs the validator).
+        let pieces = [piece(0, 0, 8, &[(1, 0)]), piece(0, 32, 200, &[(2, 0)]), piece(0, 832, 8, &[(1, 64)])];
+        let (s, _) = scatter(&pieces).unwrap();
+        let evs = &s.events[&1];
+        let ptrs: Vec<u64> =
+            evs.iter().filter_map(|e| if let Event::Pointer { at, .. } = e { Some(*at) } else { None }).collect();
+        let parks: Vec<u64> = evs
+            .iter()
+            .filter_map(|e| if let Event::Mux { at, source: MUX_NONE } = e { Some(*at) } else { None })
+            .collect();
+        let muxes: Vec<u64> = evs
+            .iter()
+            .filter_map(|e| if let Event::Mux { at, source: 0 } = e { Some(*at) } else { None })
+            .collect();
+        assert_eq!((ptrs.len(), muxes.len()), (2, 2), "{evs:?}");
+        assert_eq!(ptrs[1], parks[0] + 1, "{evs:?}");
+        assert!(muxes[1] - ptrs[1] > 127, "the wait is on the mux: {evs:?}");
     }
 
     #[test]
