@@ -72,6 +72,8 @@ pub struct Built {
     pub sha256: String,
     /// Milliseconds per phase, in order.
     pub timings: Vec<(&'static str, u128)>,
+    /// Each exchange superstep's bytes, predicted cycles and floor, in program order.
+    pub exchanges: Vec<plan::supersteps::ExchangeFigure>,
 }
 
 /// Build failures.
@@ -318,6 +320,7 @@ pub fn build_model(
     for m in &plan.mapping {
         info!("screened tile mappings {m}");
     }
+    let exchanges = plan::supersteps::exchange_figures(&plan.tiles, &plan.horizons);
     crate::params::embed(&graph, &mut plan, &param_values).map_err(BuildError::Options)?;
     info!(removed = plan.eliminated_clears, "eliminated padding clears of zero-filled buffers");
     if plan.cleared_bytes > 0 {
@@ -452,7 +455,7 @@ pub fn build_model(
     info!(tiles = opts.tiles, "writing application package");
     let bytes = package.to_bytes();
     let sha256 = hex(&Sha256::digest(&bytes));
-    Ok(Built { package, bytes, sha256, timings })
+    Ok(Built { package, bytes, sha256, timings, exchanges })
 }
 
 fn resolve_bindings(g: &ipu_core::graph::Graph, plan: &plan::Plan, linked: &[Linked]) -> Vec<Binding> {

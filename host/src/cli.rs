@@ -108,6 +108,10 @@ enum Cmd {
         /// Print per-phase build times.
         #[arg(long)]
         timings: bool,
+        /// Print each exchange superstep's bytes, predicted cycles and floor (the most words one
+        /// tile sends or receives: no schedule is faster), on stderr.
+        #[arg(long)]
+        supersteps: bool,
         /// Candidate mappings the search evaluates beyond the baseline.
         #[arg(long, default_value_t = ipu_host::build::DEFAULT_SEARCH_ATTEMPTS)]
         search_attempts: u32,
@@ -495,7 +499,31 @@ fn build_json(path: &Path, b: &ipu_host::build::Built, tiles: usize) -> serde_js
         "baseline_cycles": b.package.plan.baseline_cycles,
         "search_attempts": b.package.plan.search_attempts,
         "param_bytes": param_bytes(&b.package),
+        "exchanges": b.exchanges.iter().map(|x| serde_json::json!({
+            "phase": x.phase,
+            "bytes": x.bytes,
+            "predicted_cycles": x.cycles,
+            "floor_words": x.floor_words,
+        })).collect::<Vec<_>>(),
     })
+}
+
+/// `--supersteps`: one line per exchange superstep, and the totals.
+fn superstep_lines(b: &ipu_host::build::Built) {
+    let (mut cycles, mut floor) = (0u64, 0u64);
+    for (k, x) in b.exchanges.iter().enumerate() {
+        cycles += x.cycles;
+        floor += x.floor_words;
+        let ratio = if x.floor_words > 0 { format!("{:.2}x", x.cycles as f64 / x.floor_words as f64) } else { "-".into() };
+        term::err_line(&format!(
+            "superstep {k:>3} bytes={:<10} predicted_cycles={:<8} floor={:<8} {ratio:>7}  {}",
+            x.bytes, x.cycles, x.floor_words, x.phase
+        ));
+    }
+    term::err_line(&format!(
+        "supersteps={} predicted_exchange_cycles={cycles} floor={floor} (the most words one tile sends or receives, summed)",
+        b.exchanges.len()
+    ));
 }
 
 /// Bytes of params by dtype name (resident weights).
@@ -539,6 +567,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             threads,
             json,
             timings,
+            supersteps,
             search_attempts,
             search_state,
             profile,
@@ -651,6 +680,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     _ => f,
                 }
             })?;
+            if supersteps {
+                superstep_lines(&b);
+            }
             if timings {
                 for (phase, ms) in &b.timings {
                     term::err_line(&format!("phase {phase:<20} {ms:>6} ms"));

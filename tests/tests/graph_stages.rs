@@ -235,3 +235,22 @@ fn a_long_transpose_is_cut_into_16_row_groups_and_runs_bit_exact() {
     assert!(plan.mapping.iter().any(|m| m.contains("column groups")), "{:?}", plan.mapping);
     common::build_and_run(&short, 64, None, 7, 1);
 }
+
+/// `build --supersteps` (`plan::supersteps`): one figure per exchange superstep, each at or above
+/// its floor (a tile sends and takes at most one word per cycle, so no schedule beats the most
+/// words one tile moves), named by its phase; the words sent at least those any one tile takes.
+#[test]
+fn every_superstep_is_at_or_above_its_floor() {
+    use ipu_core::plan::supersteps::exchange_figures;
+    for tiles in [8, 64] {
+        let g = ipu_host::model::parse("mlp.toml", &mlp_block(37, 48, 96, "f16")).unwrap();
+        let p = ipu_core::plan::plan(&g, ipu_core::plan::PlanOptions::new(tiles)).unwrap();
+        let figures = exchange_figures(&p.tiles, &p.horizons);
+        assert_eq!(figures.len(), p.horizons.len());
+        assert!(figures.iter().any(|f| f.phase.starts_with("redistribute")), "{figures:?}");
+        for f in &figures {
+            assert!(f.floor_words > 0 && f.cycles >= f.floor_words, "{tiles} tiles: {f:?}");
+            assert!(f.bytes >= 4 * f.floor_words, "{f:?}");
+        }
+    }
+}

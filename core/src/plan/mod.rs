@@ -23,6 +23,7 @@ pub mod rows;
 pub mod scatter;
 pub mod search;
 pub mod stages;
+pub mod supersteps;
 pub mod tail;
 pub mod tiles;
 pub mod transpose;
