@@ -39,7 +39,7 @@ pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
 /// An op planned on its own rows: a layernorm (`rows.rs`), a last-two-axes transpose
 /// (`transpose.rs`), or an elementwise op no matmul took into its epilogue (`elementwise.rs`).
 pub(super) fn row_op(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::LayerNorm { .. })
+    matches!(g.ops[op].kind, OpKind::LayerNorm { .. } | OpKind::Reduce { .. })
         || super::transpose::swaps_last_two(g, op)
         || super::elementwise::is_elementwise(g, op)
 }
@@ -358,6 +358,8 @@ pub fn plan(
             (super::elementwise::binary(&sub, 0, opts.tiles), false)
         } else if let OpKind::Gelu { .. } | OpKind::Map { .. } = g.ops[ops[0]].kind {
             (super::elementwise::unary(&sub, 0, opts.tiles), false)
+        } else if let OpKind::Reduce { .. } = g.ops[ops[0]].kind {
+            (super::row_reduce::plan(&sub, 0, opts.tiles), false)
         } else if row_op(g, ops[0]) {
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {
