@@ -496,12 +496,14 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                             "{}: `{other}`: the forms are \"tanh\" (gelu_pytorch_tanh), \"none\" (the erf form) and \"sigmoid\" (quick_gelu, x·σ(1.702x))",
                             here("approximate")));
                     }
-                    None => return cx.err(
-                        sop.span(),
-                        format!(
+                    None => {
+                        return cx.err(
+                            sop.span(),
+                            format!(
                             "op {i} (gelu): missing field `approximate` (\"tanh\", \"none\" or \"sigmoid\")"
                         ),
-                    ),
+                        )
+                    }
                 };
                 let input = f16_input(&g, "f32 arithmetic")?;
                 push_f16(&mut g, input, OpKind::Gelu { input, form });

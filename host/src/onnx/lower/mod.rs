@@ -11,6 +11,7 @@ mod lookup;
 mod masks;
 mod ops;
 mod outputs;
+mod reduce;
 mod runtime;
 mod select;
 mod views;
@@ -33,7 +34,7 @@ pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kerne
 Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, Clip, Max and Min (with constants), \
 HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf/quick GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
-LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
+LayerNormalization, Softmax, ReduceMean and ReduceSum (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
 Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards), \
 Where with a constant condition (x·c + y·(1 − c)), \
 an attention mask (an integer input, Cast to BOOL, GatherND as a reshape, And, Where with constants); \
