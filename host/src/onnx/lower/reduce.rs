@@ -3,11 +3,12 @@
 //! LayerNorm's two `ReduceMean`s are a pattern of their own (`patterns.rs`); these are the others
 //! (an RMS norm's `mean(x²)`, a pooling over the features).
 //!
-//! `keepdims = 0` is the same op and then a reshape that drops the unit axis; the planner holds
-//! the result one value per word (what a broadcast operand reads), so a later op that reads the
-//! dropped-axis tensor as rows of several values is refused by the planner naming the tensor
-//! (its runs are not whole words). Any axis but the last, several axes, or an empty `axes`
-//! (all axes) is refused naming the node and the axes.
+//! The planner holds the result one value per word (what a broadcast operand reads). With
+//! `keepdims = 0` the results are one row of the next axis (`[…, R]`), read as packed rows by a
+//! later op: the same op, then a `transpose` of the last two axes (`[…, R, 1] → […, 1, R]`, the
+//! `transpose_f16` kernel, a value per `ldh16`/`sth16`) and a reshape dropping the unit axis.
+//! Any axis but the last, several axes, or an empty `axes` (all axes) is refused naming the
+//! node and the axes.
 
 use super::*;
 
@@ -57,11 +58,22 @@ impl Lower<'_, '_> {
         self.emit.op(kind, &[("input", Field::S(t)), ("output", Field::S(out.clone())), ("dtype", s("f16"))]);
         let mut kept = r.shape.clone();
         kept[rank - 1] = 1;
-        let run = Run { t: out, shape: kept.clone(), e: Rc::new(Expr::X), prov: None };
-        if attrs.int("keepdims") == Some(0) {
-            return self.view(node, run, kept[..rank - 1].to_vec(), None, at);
+        if attrs.int("keepdims") != Some(0) {
+            self.define(node, 0, Val::R(Run { t: out, shape: kept, e: Rc::new(Expr::X), prov: None }));
+            return Ok(());
         }
-        self.define(node, 0, Val::R(run));
-        Ok(())
+        // keepdims = 0: the column of results turned into a row (a `transpose` of the last two
+        // axes, `[…, R, 1] → […, 1, R]`), then viewed without the unit axis.
+        if rank < 2 {
+            return Err(format!("{at}: {op} with keepdims = 0 of a computed tensor of rank {rank} (a scalar result) is not supported"));
+        }
+        let n = strip(&kept).len();
+        let mut perm: Vec<i64> = (0..n as i64).collect();
+        perm.swap(n - 2, n - 1);
+        let row = self.write_view_ints(&out, "transpose", perm, &format!("{base}_row"));
+        let mut swapped = kept.clone();
+        swapped.swap(rank - 2, rank - 1);
+        let run = Run { t: row, shape: swapped, e: Rc::new(Expr::X), prov: None };
+        self.view(node, run, kept[..rank - 1].to_vec(), None, at)
     }
 }
