@@ -58,7 +58,11 @@ impl Lower<'_, '_> {
         for (k, (branch, keep)) in [(x, true), (y, false)].into_iter().enumerate() {
             let term = match branch {
                 Val::R(_) => {
-                    let name = format!("{out}::where{k}");
+                    // A name of its own for the product, taken back out of the values below.
+                    let mut name = format!("{out}_sel{k}");
+                    while self.vals.contains_key(&name) {
+                        name.push('_');
+                    }
                     let mul = NodeProto {
                         op_type: "Mul".into(),
                         input: vec![],
