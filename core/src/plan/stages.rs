@@ -282,14 +282,21 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
             .collect()
     };
     // A source another stage reads too, or the host reads back, may be given to this stage in
-    // bytes the others then read (a model input is bound where it is first read).
+    // bytes the others then read (a model input is bound where it is first read) — directly or
+    // through views of one base (a reshape of an input read here, the input itself read by a
+    // matmul elsewhere: the same bytes).
+    let views = views(g);
+    let base = |t: TensorId| views.get(&t).map_or(t, |v| v.0);
     let shared = inputs
         .iter()
         .chain(&params)
         .copied()
-        .filter(|t| {
-            g.outputs.contains(t)
-                || g.ops.iter().enumerate().any(|(r, o)| !ops.contains(&r) && o.kind.operands().contains(t))
+        .filter(|&t| {
+            let b = base(t);
+            g.outputs.iter().any(|&o| base(o) == b)
+                || g.ops.iter().enumerate().any(|(r, o)| {
+                    !ops.contains(&r) && !view_op(g, r) && o.kind.operands().iter().any(|&x| base(x) == b)
+                })
         })
         .collect();
     Graph {
