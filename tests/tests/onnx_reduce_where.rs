@@ -123,6 +123,20 @@ fn where_of_a_constant_condition_selects_exactly() {
     for (i, g) in got.iter().enumerate() {
         assert_eq!(*g, if c[i] == 1 { x[i] } else { x[i].max(0.0) }, "element {i}");
     }
+    // A fill of zeros (`masked_fill(m, 0)`): the product alone, one `mul`, no `add`.
+    let zero = init("z", &[], vec![0.0]);
+    let bytes = model(
+        vec![node("Where", "sel", &["c", "x", "z"], "y", vec![])],
+        vec![cond(), zero],
+        &[("x", &[2, 32])],
+        &[2, 32],
+    );
+    let (toml, got) = evaluate(&bytes, &[("x", vec![2, 32], x.clone())]).expect("imports");
+    let counts = op_counts(&toml);
+    assert!(counts.get("mul") == Some(&1) && !counts.contains_key("add"), "{toml}");
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, if c[i] == 1 { x[i] } else { 0.0 }, "element {i}");
+    }
     // A condition true everywhere is the branch itself: no op written.
     let all = init_bool("c", &[2, 32], vec![1; 64]);
     let nodes =

@@ -9,7 +9,8 @@
 //! value in the branch **not** selected is not ignored: `∞·0` and `NaN·0` are NaN, so the result
 //! there is NaN where ONNX gives the other branch (the verdict counts non-finite outputs; a mask
 //! fill of −∞ as a constant branch is exact, since it is never multiplied). A condition that is
-//! true (or false) everywhere is the branch itself, nothing written.
+//! true (or false) everywhere is the branch itself, nothing written; a constant branch of zeros
+//! adds nothing (the product alone).
 
 use super::*;
 
@@ -91,9 +92,19 @@ impl Lower<'_, '_> {
                     Val::C(Rc::new(Const::f(m, data)))
                 }
             };
-            terms.push(Some(term));
+            terms.push(term);
+        }
+        // A constant branch of zeros (`masked_fill(m, 0)`): the product alone, no add.
+        let zero = |t: &Val| matches!(t, Val::C(k) if k.as_f64().iter().all(|v| *v == 0.0));
+        for (r, z) in [(&terms[0], &terms[1]), (&terms[1], &terms[0])] {
+            if let (Val::R(p), true) = (r, zero(z)) {
+                if p.shape == shape {
+                    self.define(node, 0, r.clone());
+                    return Ok(());
+                }
+            }
         }
         let add = NodeProto { op_type: "Add".into(), ..node.clone() };
-        self.elementwise(&add, &terms, at)
+        self.elementwise(&add, &[Some(terms[0].clone()), Some(terms[1].clone())], at)
     }
 }
