@@ -36,7 +36,7 @@ fn kernel(mean: bool, rows: u32, d: u32, pick: &mut dyn FnMut() -> f16) -> u64 {
             want.push(f16::from_f32(y).to_bits());
             want.push(0xBEEF);
         }
-        dev.write_memory(0, y_at, &vec![0xEFu8, 0xBE].repeat(2 * rows as usize)).unwrap();
+        dev.write_memory(0, y_at, &[0xEFu8, 0xBE].repeat(2 * rows as usize)).unwrap();
         let desc = [x_at, stride, y_at, 4, rows, d / 4, d % 4, row_reduce::scale(mean, d as u64).to_bits()];
         let mut words = desc.to_vec();
         words.resize(16, 0);
