@@ -60,7 +60,7 @@ pub enum OpKind {
     Gelu {
         /// Source.
         input: TensorId,
-        /// The tanh approximation or the erf form.
+        /// The tanh approximation, the erf form or the quick (sigmoid) GeLU.
         form: GeluForm,
     },
     /// `output = f(input)` for one of the elementwise functions of `MapFn`, f16 in and out, f32
@@ -86,6 +86,15 @@ pub enum OpKind {
         beta: Option<TensorId>,
         /// Added to the variance.
         eps: f32,
+    },
+    /// One value per row of the last axis: the row's sum (`reduce_sum`) or mean (`reduce_mean`),
+    /// f16 in and out, the sum in f32 (docs/kernels.md `reduce_rows_f16`); the output's shape is
+    /// the input's with a last axis of 1.
+    Reduce {
+        /// Source.
+        input: TensorId,
+        /// The mean (the f32 sum times 1/D) rather than the sum.
+        mean: bool,
     },
     /// The same values in row-major order with the output's shape (no data movement).
     Reshape {
@@ -160,6 +169,10 @@ pub enum GeluForm {
     Tanh,
     /// `x·Φ(x) = 0.5x(1 + erf(x/√2))` (`approximate = "none"`), erf by Abramowitz & Stegun 7.1.26.
     Erf,
+    /// The quick GeLU `x·σ(1.702x) = x/(1 + e^{−1.702x})` (`approximate = "sigmoid"`): CLIP's
+    /// `quick_gelu`, which torch exports as `Mul`, `Sigmoid`, `Mul`. A form of its own so that it
+    /// fuses into a matmul's epilogue as the other two do.
+    Sigmoid,
 }
 
 /// The elementwise functions of `OpKind::Map`, each one kernel (`map_f16`) with its own f32
@@ -261,6 +274,7 @@ impl OpKind {
             | OpKind::Softmax { input }
             | OpKind::Gelu { input, .. }
             | OpKind::Map { input, .. }
+            | OpKind::Reduce { input, .. }
             | OpKind::Reshape { input }
             | OpKind::Slice { input, .. }
             | OpKind::Transpose { input, .. } => alloc::vec![input],

@@ -237,9 +237,10 @@ const BUILD_HELP: &str = "SUPPORTED OPS (docs/model-format.md):
   softmax    input (last axis, f32 statistics)
   add, sub, mul  a, b (NumPy broadcasting, f16): after a matmul its bias or residual (fused),
              else rows of their own (a column or scalar operand is splat across each row)
-  gelu       input, approximate = \"tanh\" | \"none\" (erf form; f16, f32 arithmetic): fused after a
-             matmul (and its bias), else rows of its own
+  gelu       input, approximate = \"tanh\" | \"none\" (erf form) | \"sigmoid\" (quick GeLU x·σ(1.702x);
+             f16, f32 arithmetic): fused after a matmul (and its bias), else rows of its own
   layernorm  input, gamma?, beta?, eps? (last axis, f16, f32 statistics)
+  reduce_sum, reduce_mean  input (last axis kept with size 1, f16, the sum in f32)
   reshape    input, shape (no data movement)
   transpose  input, perm (keeping the last axis: no data movement; swapping the last two: a kernel)
 A graph no single mapping takes whole is planned as stages joined by on-chip redistributions,
@@ -249,7 +250,7 @@ docs/search.md); see examples/encoder_block/.
 PARAMS (resident weights): [params.NAME] dtype, shape, file = \"w.npy\" or safetensors + key, FP8 scale
 
 ONNX (docs/onnx.md): a .onnx file (told by content; external data beside it) is imported into the
-model format above: shape arithmetic folded, torch's compound ops recognised (tanh/erf GeLU, written-
+model format above: shape arithmetic folded, torch's compound ops recognised (tanh/erf/quick GeLU, written-
 out LayerNorm, patch-embedding Conv, scales into alpha, packed in-projections split), initializers
 become params, outputs keep their ONNX names. --weights fp8 stores matmul weights as E4M3 with
 activation scales from a calibration run (--calibrate NAME=FILE.npy); --emit-model shows the result.

@@ -489,16 +489,19 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let form = match op.approximate.as_ref().map(|s| s.get_ref().as_str()) {
                     Some("tanh") => GeluForm::Tanh,
                     Some("none") => GeluForm::Erf,
+                    Some("sigmoid") => GeluForm::Sigmoid,
                     Some(other) => {
                         let span = op.approximate.as_ref().map(|s| s.span()).unwrap_or(sop.span());
                         return cx.err(span, format!(
-                            "{}: `{other}`: the forms are \"tanh\" (gelu_pytorch_tanh) and \"none\" (the erf form)",
+                            "{}: `{other}`: the forms are \"tanh\" (gelu_pytorch_tanh), \"none\" (the erf form) and \"sigmoid\" (quick_gelu, x·σ(1.702x))",
                             here("approximate")));
                     }
                     None => {
                         return cx.err(
                             sop.span(),
-                            format!("op {i} (gelu): missing field `approximate` (\"tanh\" or \"none\")"),
+                            format!(
+                            "op {i} (gelu): missing field `approximate` (\"tanh\", \"none\" or \"sigmoid\")"
+                        ),
                         )
                     }
                 };
@@ -654,12 +657,21 @@ pub fn parse(file: &str, src: &str) -> Result<Graph, ModelError> {
                 let input = f16_input(&g, "statistics in f32")?;
                 push_f16(&mut g, input, OpKind::Softmax { input });
             }
+            "reduce_sum" | "reduce_mean" => {
+                // Over the last axis, keeping it with size 1 (ONNX `keepdims = 1`).
+                only(&["op", "input", "output", "dtype"])?;
+                let input = f16_input(&g, "the sum in f32")?;
+                push_f16(&mut g, input, OpKind::Reduce { input, mean: kind == "reduce_mean" });
+                if let Some(d) = g.tensors.last_mut().and_then(|t| t.shape.last_mut()) {
+                    *d = 1;
+                }
+            }
             name => {
                 let Some(func) = MapFn::from_name(name) else {
                     return cx.err(
                     op.op.span(),
                     format!(
-                    "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, add, sub, mul, gelu, layernorm, \
+                    "op {i}: unknown op `{name}` (supported: matmul, cast, softmax, reduce_sum, reduce_mean, add, sub, mul, gelu, layernorm, \
                      reshape, transpose, slice, tanh, sigmoid, exp, log, sqrt, reciprocal, abs, erf, pow, max, min, leaky_relu)"
                 ),
                 );

@@ -81,6 +81,8 @@ pub fn label(k: ipu_core::plan::Kernel) -> &'static str {
         LayerNormVar => "k_layernorm_var",
         LayerNormApply => "k_layernorm_apply",
         GeluErfF16 => "k_gelu_erf_f16",
+        GeluSigmoidF16 => "k_gelu_sigmoid_f16",
+        ReduceRowsF16 => "k_reduce_rows_f16",
         BinaryF16(BinaryOp::Add) => "k_add_rows_f16",
         BinaryF16(BinaryOp::Sub) => "k_sub_rows_f16",
         BinaryF16(BinaryOp::Mul) => "k_mul_rows_f16",
@@ -209,6 +211,7 @@ const ROWS_SPLAT: &str = "
 /// descriptor (ptr, 4-value chunks per block, block stride, blocks, then the nine constants of
 /// `plan::matmul::GELU_ERF_CONSTANTS`), 64 bytes per worker. Each chunk's four halves are done
 /// two at a time (`{HALF}` on `$a2`, `$a3`, scratch `$a4..$a6`, constants in `$a7..$a15`).
+/// `gelu_sigmoid_f16` is this code with its own `{HALF}` and constants.
 const GELU_ERF_F16: &str = "
 .align 8
 {NAME}:
@@ -280,6 +283,16 @@ fn gelu_erf_half() -> alloc::string::String {
     per_register(&STEPS, &["$a2", "$a3"])
 }
 
+/// The quick GeLU `x/(e^{−1.702x} + 1)` of the f32 values in `$a2` and `$a3`, scratch `$a4`, the
+/// constants −1.702 and 1 in `$a7`, `$a8` (`$a9..$a15` are loaded as zeros and unused): the
+/// shape of `gelu_erf_f16` with this formula in place of its `{HALF}` (docs/kernels.md
+/// `gelu_sigmoid_f16`). `x·σ(1.702x)` as one division: e^{−1.702x} = ∞ gives −0, x = NaN gives NaN.
+fn gelu_sigmoid_half() -> alloc::string::String {
+    const STEPS: [&str; 4] =
+        ["f32mul $a4, X, $a7", "f32exp $a4, $a4", "f32add $a4, $a4, $a8", "f32div X, X, $a4"];
+    per_register(&STEPS, &["$a2", "$a3"])
+}
+
 /// A formula's steps (`X` the value's register) written out once per register in `regs`, one
 /// indented line per step: the f32 bodies of the gelu and map kernels.
 pub(crate) fn per_register(steps: &[&str], regs: &[&str]) -> alloc::string::String {
@@ -316,6 +329,9 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         BiasF16 => (BIAS_F16, ""),
         GeluF16 => return GELU_F16.replace("{GELU_BODY}", &gelu_body()),
         GeluErfF16 => return GELU_ERF_F16.replace("{HALF}", &gelu_erf_half()).replace("{NAME}", label(k)),
+        GeluSigmoidF16 => {
+            return GELU_ERF_F16.replace("{HALF}", &gelu_sigmoid_half()).replace("{NAME}", label(k))
+        }
         BinaryF16(op) => (ROWS_BINARY, binary_mnemonic(op)),
         MapF16(func) => return crate::map::text(func),
         SplatF16(op, splat_a) => {
@@ -336,6 +352,7 @@ pub fn text(k: ipu_core::plan::Kernel) -> alloc::string::String {
         LayerNormF16 | LayerNormSum | LayerNormVar | LayerNormApply => {
             return crate::layernorm::text(k).replace("{NAME}", label(k))
         }
+        ReduceRowsF16 => return crate::reduce_rows::text().replace("{NAME}", label(k)),
     };
     tpl.replace("{BODY}", op).replace("{NAME}", label(k)).replace("{AMP}", op).replace("{OP}", op)
 }

@@ -35,8 +35,10 @@ const SHARED_SETUP: &str = "    ld32 $m1, $m6, $m15, 52
     ld32 $m0, $m6, $m15, 56
 ";
 
-/// Sum of the slice in two lanes; ends with `$a6 = s0 + s1`.
-const SUM: &str = "    ld64 $a6, $m6, $m15, 40
+/// Sum of the slice in two lanes; ends with `$a6 = s0 + s1`. Reads `$m3` (the row), `$m7`
+/// (chunks), `$m8` (tail values) and two zero words at descriptor byte 40; scratch `$m11`, `$m12`,
+/// `$a0..$a7`. Also the sum of `reduce_rows_f16` (`reduce_rows.rs`).
+pub(crate) const SUM: &str = "    ld64 $a6, $m6, $m15, 40
     or $m11, $m3, $m15
     or $m12, $m7, $m15
     brz $m12, {NAME}_s_tail

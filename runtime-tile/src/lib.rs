@@ -10,5 +10,6 @@ pub mod kernels;
 pub mod launch_loop;
 pub mod layernorm;
 pub mod map;
+pub mod reduce_rows;
 pub mod runtime;
 mod softmax;

@@ -8,7 +8,9 @@
 //! path, which rounds nowhere, stays finite — `run` then says FAIL. [`Outcome::Overflow`] is that
 //! case, and only that: bit-exact against the device-precision reference, and every element over
 //! its f64 bound non-finite (re-checked element by element here from the saved inputs and outputs,
-//! so that a wrong finite value cannot hide behind a NaN). [`Outcome::Domain`] is its twin: a
+//! so that a wrong finite value cannot hide behind a NaN) — or, finite elements over their bound
+//! where an intermediate tensor overflowed (non-finite in device precision, finite in f64) and a
+//! later op made it finite again: `max`/`min` give their constant for a NaN input (maxNum). [`Outcome::Domain`] is its twin: a
 //! function evaluated at the edge of its domain (`pow` or `log` of a value near 0 that is negative
 //! in f64 and not on the device) gives a finite device value where f64 has none, so `run` says
 //! FAIL; every other element is checked as for an overflow.
@@ -292,6 +294,10 @@ fn check_inner(file: &Path, text: &str, tiles: usize, seed: u64, limits: Limits)
             message: format!("verdict PASS, but {e}"),
         }),
         (true, _) => Outcome::Pass,
+        // An intermediate overflowed (non-finite in device precision, finite in f64) and a later
+        // op made it finite again — `max`/`min` give their constant for a NaN (maxNum) — so the
+        // output is finite and far from f64: the overflow, reported by the verdict's FAIL.
+        (false, Look { finite_over: Some(_), upstream: Some(_), .. }) => Outcome::Overflow,
         (false, Look { finite_over: Some(e), .. }) => Outcome::Bug(Failure {
             class: "f64-bound",
             key: "f64".into(),
@@ -310,6 +316,9 @@ struct Look {
     nan_vs_finite: Option<String>,
     /// A finite device element whose f64 value is NaN.
     domain: Option<String>,
+    /// The first tensor, in op order, holding a non-finite device-precision value whose f64
+    /// value is finite (an overflow: an FP8 cast's NaN, an f16 infinity).
+    upstream: Option<String>,
 }
 
 /// Re-evaluate the reference on the saved inputs and the package's params, and check the saved
@@ -323,7 +332,15 @@ fn look(pkg: &ipu_host::package::Package, dir: &Path) -> Result<Look, String> {
         sources.insert(b.name.clone(), ipu_host::npy::read(&dir.join("in").join(format!("{}.npy", b.name)))?);
     }
     let ev = ipu_host::reference::evaluate(&graph, &sources, &pkg.plan.grids, &pkg.plan.alpha_on_a)?;
-    let mut found = Look { finite_over: None, nan_vs_finite: None, domain: None };
+    let mut found = Look { finite_over: None, nan_vs_finite: None, domain: None, upstream: None };
+    found.upstream = graph.ops.iter().map(|op| &graph.tensor(op.output).name).find_map(|name| {
+        let (dev, exact) = (ev.device.get(name)?, ev.exact.get(name)?);
+        let t = graph.tensor(graph.find(name)?);
+        let dv = verdict::Values { dtype: t.dtype, scale: t.scale, data: &dev.data };
+        (0..dev.data.len()).find(|&i| !verdict::real(&dv, i).is_finite() && exact[i].is_finite()).map(|i| {
+            format!("`{name}`[{i}] overflowed: {} in device precision, {} in f64", dev.data[i], exact[i])
+        })
+    });
     for b in pkg.bindings.iter().filter(|b| b.direction == Direction::Output) {
         let got: HostTensor = ipu_host::npy::read(&dir.join("out").join(format!("{}.npy", b.name)))?;
         let (want, exact) = (&ev.device[&b.name], &ev.exact[&b.name]);

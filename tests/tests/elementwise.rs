@@ -1,5 +1,5 @@
 //! Elementwise ops on their own rows (docs/graph-planner.md, `core/src/plan/elementwise.rs`):
-//! `add`, `sub`, `mul` with NumPy broadcasting over leading axes and `gelu` in both forms, on 1 to
+//! `add`, `sub`, `mul` with NumPy broadcasting over leading axes and `gelu` in its three forms, on 1 to
 //! 1472 tiles, with rows fewer than the workers (columns shared) and widths that are not multiples
 //! of 4; bit-exact against the device-precision reference, within the f64 bound, and costed up to
 //! barrel alignment. The erf formula is checked against f64 erf on every f16 input here, with
@@ -62,12 +62,12 @@ fn binary_ops_with_broadcasting_are_exact_and_costed() {
 }
 
 #[test]
-fn gelu_of_any_rows_in_both_forms() {
+fn gelu_of_any_rows_in_every_form() {
     let mut report = String::new();
     for (shape, tiles) in
         [(&[13u64, 37][..], 1), (&[3, 1152][..], 4), (&[2, 5, 96][..], 1472), (&[1, 3][..], 1)]
     {
-        for form in ["tanh", "none"] {
+        for form in ["tanh", "none", "sigmoid"] {
             let (sim, pred) = run(&gelu(shape, form), tiles);
             report.push_str(&format!("gelu {form} {shape:?} on {tiles}: simulated {sim} predicted {pred}\n"));
             // A copy (the host's input and output are separate buffers) and the gelu: two
@@ -116,6 +116,6 @@ fn bad_shapes_and_forms_are_refused_with_their_names() {
     let e = build("ew.toml", &binary("sub", &[8, 16], &[5]), &opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("op 0 (sub): shapes [8, 16] and [5] do not broadcast"), "{e}");
     // An unknown gelu form names the two there are.
-    let e = build("g.toml", &gelu(&[4, 8], "sigmoid"), &opts).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("\"tanh\"") && e.contains("\"none\""), "{e}");
+    let e = build("g.toml", &gelu(&[4, 8], "exact"), &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("\"tanh\"") && e.contains("\"none\"") && e.contains("\"sigmoid\""), "{e}");
 }

@@ -1,5 +1,5 @@
 //! The matmul epilogue: `add` as a bias (`Y = X·W + b`, one f16 value per column) and `gelu`
-//! (tanh form), fused into the matmul planner and run on each K-group root after alpha
+//! (tanh form; and the quick GeLU, `gelu_sigmoid_f16`), fused into the matmul planner and run on each K-group root after alpha
 //! (`bias_f16`, `gelu_f16`), bit-exact with the reference, costed exactly; other adds are row
 //! stages of their own (`tests/tests/elementwise.rs`), or refused with the shapes.
 
@@ -90,6 +90,60 @@ fn the_device_formula_stays_within_its_bound_for_every_f16() {
     common::check_every_f16(ipu_host::reference::gelu_device, ipu_host::reference::gelu_f64, |x, e| {
         0.5 * x.abs() * 64.0 * 2f64.powi(-24) + 8.0 * 2f64.powi(-24) * e.abs()
     });
+}
+
+#[test]
+fn the_quick_gelu_formula_stays_within_its_bound_for_every_f16() {
+    // `x/(e^{−1.702x} + 1)` in f32 against `x·σ(1.702x)` in f64, within `prob::gelu_formula`'s
+    // 4 f32 ulps of |x| and the verdict's 8 ulps of the result.
+    common::check_every_f16(
+        ipu_host::reference::gelu_sigmoid_device,
+        ipu_host::reference::gelu_sigmoid_f64,
+        |x, e| x.abs() * 4.0 * 2f64.powi(-24) + 8.0 * 2f64.powi(-24) * e.abs(),
+    );
+}
+
+/// CLIP's MLP-up: `quick_gelu(X·W + b)`, the quick GeLU (`approximate = "sigmoid"`) fused after
+/// the bias in the matmul's epilogue as the tanh GeLU is: one stage, a `gelu` phase, no
+/// redistribution; bit-exact with the reference and within the f64 bound; and after f32
+/// partial sums too.
+#[test]
+fn quick_gelu_is_fused_after_the_bias_and_after_f32_partials() {
+    let quick = |src: String| src.replace("approximate = \"tanh\"", "approximate = \"sigmoid\"");
+    for (m, k, n, tiles, grid, acc) in [
+        (33, 40, 24, 8, None, "f16"),
+        (45, 37, 29, 24, Some([2, 2, 3]), "f16"),
+        (33, 100, 24, 8, None, "f32"),
+    ] {
+        let mut src = quick(with_gelu(&model(m, k, n, &format!("[{n}]"), None)));
+        if acc == "f32" {
+            // f32 partials take no bias in the epilogue (their blocks are 8 columns): GeLU alone.
+            src = src
+                .replace(&format!("[inputs.b]\ndtype = \"f16\"\nshape = [{n}]\n"), "")
+                .replace(
+                    "[[ops]]\nop = \"add\"\na = \"XW\"\nb = \"b\"\noutput = \"Y\"\ndtype = \"f16\"\n",
+                    "",
+                )
+                .replace("input = \"Y\"", "input = \"XW\"")
+                .replace("accumulate = \"f16\"", "accumulate = \"f32\"");
+        }
+        let g = ipu_host::model::parse("q.toml", &src).expect("parses");
+        let epi = ipu_core::plan::fused_epilogue(&g);
+        assert!(
+            epi.is_some_and(|e| e.gelu == Some(ipu_core::graph::GeluForm::Sigmoid)),
+            "not fused: {epi:?}"
+        );
+        let (out, pkg) = common::build_and_run(&src, tiles, grid, 9, 2);
+        assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
+        let opts = BuildOptions { threads: 1, grid, profile: true, ..BuildOptions::new(tiles) };
+        let profiled = Package::from_bytes(&build("q.toml", &src, &opts).unwrap().bytes).unwrap();
+        let phases = profiled.plan.profile.expect("a profile plan").phases;
+        assert!(phases.iter().any(|p| p.starts_with("gelu")), "{phases:?}");
+        assert!(!phases.iter().any(|p| p.starts_with("redistribute")), "{phases:?}");
+        let (cycles, predicted) = (out.cycles[0], pkg.plan.predicted_cycles);
+        let diff = cycles.abs_diff(predicted);
+        assert!(diff * 100 <= cycles || diff <= 15, "{m}x{k}x{n} on {tiles}: {cycles} vs {predicted}");
+    }
 }
 
 #[test]

@@ -34,6 +34,7 @@ fn the_generator_is_deterministic_valid_and_covers_the_format() {
             let attr = |f: &str| op.attrs.iter().find(|(n, _)| n == f).map(|(_, a)| a.clone());
             hit(&mut seen, "gelu tanh", attr("approximate") == Some(Attr::Str("tanh".into())));
             hit(&mut seen, "gelu none", attr("approximate") == Some(Attr::Str("none".into())));
+            hit(&mut seen, "gelu sigmoid", attr("approximate") == Some(Attr::Str("sigmoid".into())));
             hit(&mut seen, "alpha", attr("alpha").is_some());
             hit(&mut seen, "transpose_a", attr("transpose_a").is_some());
             hit(&mut seen, "transpose_b", attr("transpose_b").is_some());
@@ -96,8 +97,23 @@ fn the_generator_is_deterministic_valid_and_covers_the_format() {
         "reshape",
         "transpose",
         "slice",
+        "reduce_sum",
+        "reduce_mean",
     ];
-    let maps = ["tanh", "sigmoid", "exp", "log", "sqrt", "reciprocal", "abs", "erf", "pow"];
+    let maps = [
+        "tanh",
+        "sigmoid",
+        "exp",
+        "log",
+        "sqrt",
+        "reciprocal",
+        "abs",
+        "erf",
+        "pow",
+        "max",
+        "min",
+        "leaky_relu",
+    ];
     for op in ops.iter().chain(&maps) {
         assert!(seen.get(&format!("op {op}")).copied().unwrap_or(0) > 0, "no {op} in 3000 graphs: {seen:?}");
     }

@@ -63,7 +63,17 @@ fn every_model_with_fp8_weights_matches_onnxruntime_within_the_fp8_floor() {
 
 #[test]
 fn clip_vision_runs_and_matches_onnxruntime() {
-    check("clip", 0.999);
+    let ops = check("clip", 0.999);
+    // quick_gelu (torch's `Mul`, `Sigmoid`, `Mul`) is one `gelu` per layer, `approximate =
+    // "sigmoid"`, fused into MLP-up's epilogue: no sigmoid map op or product is left.
+    assert_eq!(ops.get("gelu"), Some(&2), "{ops:?}");
+    assert_eq!(ops.get("sigmoid"), None, "{ops:?}");
+    let toml = import(&dir().join("clip.onnx"), &ImportOptions::new()).expect("imports").toml;
+    assert_eq!(toml.matches("approximate = \"sigmoid\"").count(), 2, "{toml}");
+    let g = ipu_host::model::parse("clip.toml", &toml).expect("parses");
+    let plan = ipu_core::plan::plan(&g, ipu_core::plan::PlanOptions::new(64)).expect("plans");
+    // A gelu stage of its own would be mapped as `stage k: gelu rows=…`.
+    assert!(!plan.mapping.iter().any(|m| m.contains("gelu rows=")), "{:#?}", plan.mapping);
 }
 
 #[test]

@@ -58,6 +58,7 @@ fn row_input(kind: &OpKind) -> TensorId {
         OpKind::Binary { a, .. } => *a,
         OpKind::Gelu { input, .. }
         | OpKind::Map { input, .. }
+        | OpKind::Reduce { input, .. }
         | OpKind::LayerNorm { input, .. }
         | OpKind::Reshape { input }
         | OpKind::Slice { input, .. }
@@ -67,10 +68,14 @@ fn row_input(kind: &OpKind) -> TensorId {
 
 /// Plan a row chain.
 pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
-    if let Some(i) = g.ops.iter().position(|o| matches!(o.kind, OpKind::LayerNorm { .. })) {
+    if let Some(i) =
+        g.ops.iter().position(|o| matches!(o.kind, OpKind::LayerNorm { .. } | OpKind::Reduce { .. }))
+    {
         return unsupported(
             i,
-            "layernorm is planned on its own rows (`rows.rs`), not inside a row chain".into(),
+            "layernorm, reduce_sum and reduce_mean are planned on their own rows (`rows.rs`, `row_reduce.rs`), not inside a \
+             row chain"
+                .into(),
         );
     }
     if let Some(i) = g.ops.iter().position(|o| {
@@ -242,6 +247,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                 OpKind::Binary { .. }
                 | OpKind::Gelu { .. }
                 | OpKind::Map { .. }
+                | OpKind::Reduce { .. }
                 | OpKind::LayerNorm { .. }
                 | OpKind::Reshape { .. }
                 | OpKind::Slice { .. }
@@ -705,6 +711,7 @@ pub fn plan(g: &Graph, opts: PlanOptions) -> Result<Plan, PlanError> {
                     OpKind::Binary { .. }
                     | OpKind::Gelu { .. }
                     | OpKind::Map { .. }
+                    | OpKind::Reduce { .. }
                     | OpKind::LayerNorm { .. }
                     | OpKind::Reshape { .. }
                     | OpKind::Slice { .. }

@@ -40,6 +40,8 @@ pub fn kernel_issues(kernel: Kernel, count: u32) -> u64 {
         }
         Kernel::GeluF16 => gelu_issues(count as u64, 1),
         Kernel::GeluErfF16 => gelu_erf_issues(count as u64, 1),
+        Kernel::GeluSigmoidF16 => gelu_sigmoid_issues(count as u64, 1),
+        Kernel::ReduceRowsF16 => reduce_rows_issues(1, count as u64 / 4, count as u64 % 4),
         Kernel::MapF16(func) => super::map::issues(func, count as u64, 0, 1),
         Kernel::BinaryF16(_) => binary_rows_issues(1, count as u64),
         Kernel::SplatF16(..) => splat_rows_issues(1, count as u64),
@@ -178,6 +180,30 @@ pub fn gelu_erf_issues(chunks: u64, blocks: u64) -> u64 {
         (_, 0) => 18,
         _ => 19 + blocks * (5 + 103 * chunks),
     }
+}
+
+/// Worker issues of `gelu_sigmoid_f16` (the code of `gelu_erf_f16` with another formula) for
+/// `chunks` groups of four values per block over `blocks` blocks: as `gelu_erf_issues`, with 31
+/// per chunk (ld64pi, 2 × (f16v2tof32, 2 × 6 for the formula — `f32mul`, `f32exp`, `f32add`,
+/// `f32div`, the exp and divide costing 2 —, f32v2tof16), st64pi, brnzdec).
+pub fn gelu_sigmoid_issues(chunks: u64, blocks: u64) -> u64 {
+    match (blocks, chunks) {
+        (0, _) => 17,
+        (_, 0) => 18,
+        _ => 19 + blocks * (5 + 31 * chunks),
+    }
+}
+
+/// Worker issues of `reduce_rows_f16` for `rows` rows of `4·chunks + tail` values: set-up 11
+/// (shl, add, 7×ld32, lda32, brz), `add`; per row the sum of `layernorm_f16` — ld64, 2×or, brz,
+/// an `add` when there are chunks, 6 per chunk (ld64pi, 2×f16v2tof32, 2×f32v2add, brnzdec), or,
+/// brz, 6 per tail value (ldh16, f16v2tof32, f32add, 2×add, brnz), f32add — then f32mul,
+/// f32v2tof16, sth16, 2×add, brnzdec; exit. No rows: 12.
+pub fn reduce_rows_issues(rows: u64, chunks: u64, tail: u64) -> u64 {
+    if rows == 0 {
+        return 12;
+    }
+    13 + rows * (13 + u64::from(chunks > 0) + 6 * chunks + 6 * tail)
 }
 
 /// Worker issues of the row binary kernels (`add_rows_f16`, …) for `rows` rows of `chunks`

@@ -43,12 +43,19 @@ pub const GELU_ERF_CONSTANTS: [f32; 9] = [
     0.5,
 ];
 
+/// The f32 constants of `gelu_sigmoid_f16` (descriptor words 4, 5): −1.702 and 1, for
+/// `x/(e^{−1.702x} + 1)`. The host reference uses the same values (`reference::gelu_sigmoid_device`).
+pub const GELU_SIGMOID_CONSTANTS: [f32; 2] = [-1.702, 1.0];
+
 /// The kernel of a GeLU form, its descriptor's constant words (12, after the four block words)
 /// and its worker issues for `chunks` per block over `blocks` blocks.
 pub fn gelu_kernel(form: GeluForm, chunks: u64, blocks: u64) -> (Kernel, Vec<Word>, u64) {
     let (kernel, constants, issues): (_, &[f32], _) = match form {
         GeluForm::Tanh => (Kernel::GeluF16, &GELU_CONSTANTS, cost::gelu_issues(chunks, blocks)),
         GeluForm::Erf => (Kernel::GeluErfF16, &GELU_ERF_CONSTANTS, cost::gelu_erf_issues(chunks, blocks)),
+        GeluForm::Sigmoid => {
+            (Kernel::GeluSigmoidF16, &GELU_SIGMOID_CONSTANTS, cost::gelu_sigmoid_issues(chunks, blocks))
+        }
     };
     let mut w: Vec<Word> = constants.iter().map(|c| Word::Const(c.to_bits())).collect();
     w.resize(12, Word::Const(0));
@@ -101,7 +108,7 @@ pub struct Epilogue {
     pub bias: Option<TensorId>,
     /// Then `C += R` for a whole `[M, N]` tensor (a residual), `add_f16` over C's layout.
     pub residual: Option<TensorId>,
-    /// Then `C = gelu(C)`, `gelu_f16` (tanh form) or `gelu_erf_f16`.
+    /// Then `C = gelu(C)`, `gelu_f16` (tanh form), `gelu_erf_f16` or `gelu_sigmoid_f16`.
     pub gelu: Option<GeluForm>,
     /// The tensor the output binding reads (the last fused op's result).
     pub result: TensorId,
@@ -804,7 +811,7 @@ fn plan_checked(mm: &MatMul, grid: Grid, tiles: usize, check: bool) -> Result<Pl
         let phase = match kernel {
             Kernel::ScaleF16 => "scale",
             Kernel::BiasF16 => "bias",
-            Kernel::GeluF16 => "gelu",
+            Kernel::GeluF16 | Kernel::GeluErfF16 | Kernel::GeluSigmoidF16 => "gelu",
             Kernel::AddF16 => "residual",
             _ => "convert",
         };

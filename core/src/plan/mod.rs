@@ -19,6 +19,7 @@ pub mod profile;
 pub mod redistribute;
 pub mod resident;
 mod reduce;
+pub mod row_reduce;
 pub mod rows;
 pub mod scatter;
 pub mod search;
@@ -164,6 +165,13 @@ pub enum Kernel {
     /// `x = gelu(x)` in the erf form, in place over blocks of f16 (descriptor: ptr, 4-value chunks
     /// per block, block stride, blocks, the nine `matmul::GELU_ERF_CONSTANTS`; 64 bytes).
     GeluErfF16,
+    /// `x = x·σ(1.702x)` (the quick GeLU), in place over blocks of f16 (descriptor as
+    /// `GeluErfF16`, its constants the two `matmul::GELU_SIGMOID_CONSTANTS`).
+    GeluSigmoidF16,
+    /// One f16 per row: the row's f32 sum times a constant (1: `reduce_sum`, 1/D: `reduce_mean`),
+    /// whole rows per worker (descriptor: 64 bytes per worker, `row_reduce.rs`; docs/kernels.md
+    /// `reduce_rows_f16`).
+    ReduceRowsF16,
     /// `out = a ∘ b` over f16 rows, a row stride of 0 broadcasting one row (descriptor: 32 bytes
     /// per worker, `elementwise.rs`; docs/kernels.md `add_rows_f16`).
     BinaryF16(BinaryOp),
@@ -606,6 +614,8 @@ pub fn op_phase(graph: &Graph, i: usize) -> Sym {
         OpKind::Gelu { .. } => "gelu",
         OpKind::Map { func, .. } => func.name(),
         OpKind::LayerNorm { .. } => "layernorm",
+        OpKind::Reduce { mean: false, .. } => "reduce_sum",
+        OpKind::Reduce { mean: true, .. } => "reduce_mean",
         OpKind::Reshape { .. } => "reshape",
         OpKind::Slice { .. } => "slice",
         OpKind::Transpose { .. } => "transpose",
@@ -952,6 +962,7 @@ fn plan_matmul(
         | OpKind::Gelu { .. }
         | OpKind::Map { .. }
         | OpKind::LayerNorm { .. }
+        | OpKind::Reduce { .. }
         | OpKind::Reshape { .. }
         | OpKind::Slice { .. }
         | OpKind::Transpose { .. } => {

@@ -112,6 +112,8 @@ pub fn kernel_name(k: Kernel) -> &'static str {
         Kernel::LayerNormVar => "layernorm_var",
         Kernel::LayerNormApply => "layernorm_apply",
         Kernel::GeluErfF16 => "gelu_erf_f16",
+        Kernel::GeluSigmoidF16 => "gelu_sigmoid_f16",
+        Kernel::ReduceRowsF16 => "reduce_rows_f16",
         Kernel::MapF16(func) => super::map::kernel_name(func),
         Kernel::BinaryF16(crate::graph::BinaryOp::Add) => "add_rows_f16",
         Kernel::BinaryF16(crate::graph::BinaryOp::Sub) => "sub_rows_f16",

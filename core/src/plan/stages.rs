@@ -39,7 +39,7 @@ pub(super) fn grid_matmul(g: &Graph, op: usize) -> bool {
 /// An op planned on its own rows: a layernorm (`rows.rs`), a last-two-axes transpose
 /// (`transpose.rs`), or an elementwise op no matmul took into its epilogue (`elementwise.rs`).
 pub(super) fn row_op(g: &Graph, op: usize) -> bool {
-    matches!(g.ops[op].kind, OpKind::LayerNorm { .. })
+    matches!(g.ops[op].kind, OpKind::LayerNorm { .. } | OpKind::Reduce { .. })
         || super::transpose::swaps_last_two(g, op)
         || super::elementwise::is_elementwise(g, op)
 }
@@ -288,14 +288,21 @@ fn subgraph(g: &Graph, ops: &[usize], last_only: bool) -> Graph {
             .collect()
     };
     // A source another stage reads too, or the host reads back, may be given to this stage in
-    // bytes the others then read (a model input is bound where it is first read).
+    // bytes the others then read (a model input is bound where it is first read) — directly or
+    // through views of one base (a reshape of an input read here, the input itself read by a
+    // matmul elsewhere: the same bytes).
+    let views = views(g);
+    let base = |t: TensorId| views.get(&t).map_or(t, |v| v.0);
     let shared = inputs
         .iter()
         .chain(&params)
         .copied()
-        .filter(|t| {
-            g.outputs.contains(t)
-                || g.ops.iter().enumerate().any(|(r, o)| !ops.contains(&r) && o.kind.operands().contains(t))
+        .filter(|&t| {
+            let b = base(t);
+            g.outputs.iter().any(|&o| base(o) == b)
+                || g.ops.iter().enumerate().any(|(r, o)| {
+                    !ops.contains(&r) && !view_op(g, r) && o.kind.operands().iter().any(|&x| base(x) == b)
+                })
         })
         .collect();
     Graph {
@@ -364,6 +371,8 @@ pub fn plan(
             (super::elementwise::binary(&sub, 0, opts.tiles), false)
         } else if let OpKind::Gelu { .. } | OpKind::Map { .. } = g.ops[ops[0]].kind {
             (super::elementwise::unary(&sub, 0, opts.tiles), false)
+        } else if let OpKind::Reduce { .. } = g.ops[ops[0]].kind {
+            (super::row_reduce::plan(&sub, 0, opts.tiles), false)
         } else if row_op(g, ops[0]) {
             (super::rows::layernorm(&sub, 0, opts.tiles), false)
         } else if grid_matmul(g, ops[0]) {

@@ -46,6 +46,8 @@ pub enum Form {
     GeluTanh,
     /// `0.5x(1 + erf(x/√2))`.
     GeluErf,
+    /// `x·σ(1.702x)`: CLIP's quick GeLU (`Mul`, `Sigmoid`, `Mul` as torch exports it).
+    GeluSigmoid,
     /// Anything else.
     Unknown,
 }
@@ -101,7 +103,7 @@ impl Expr {
     /// knee included), then, for the function found there, at **every finite f16 value** (the
     /// tensor of a composition is f16, so this is its whole domain: a composition that agrees
     /// with a GeLU on the sample points only, such as a GeLU plus a bump between them, is not
-    /// taken for one). The tolerances separate the two GeLUs (they differ by up to 4.7e−4) while
+    /// taken for one). The tolerances separate the GeLUs (they differ by up to 4.7e−4) while
     /// accepting constants rounded to f32 in the file (relative error ~6e−8): a GeLU whose
     /// √(2/π), 0.044715, 1/√2, 0.5 or 1 differs by more than about 1e−5 relative is not one.
     pub fn form(&self) -> Form {
@@ -139,11 +141,12 @@ impl Expr {
         };
         let (b, a) = (self.eval(0.0), (self.eval(1.0) - self.eval(-1.0)) / 2.0);
         let c = (2.0 / std::f64::consts::PI).sqrt();
-        let candidates: [Candidate; 4] = [
+        let candidates: [Candidate; 5] = [
             (Form::Identity, &|x| x, 1e-12),
             (Form::Affine(a, b), &|x| a * x + b, 1e-9),
             (Form::GeluTanh, &|x| 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh()), 1e-6),
             (Form::GeluErf, &|x| 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)), 1e-6),
+            (Form::GeluSigmoid, &|x| x / (1.0 + (-1.702 * x).exp()), 1e-6),
         ];
         let Some((form, f, tol)) = candidates.into_iter().find(|(_, f, tol)| close(&xs, &ys, *f, *tol))
         else {
@@ -275,6 +278,20 @@ mod tests {
         ] {
             assert_eq!(g.form(), Form::Unknown, "{}", g.text());
         }
+    }
+
+    #[test]
+    fn quick_gelu_is_recognised_with_its_constant_and_silu_is_not_it() {
+        // torch: `x * torch.sigmoid(1.702 * x)`, the 1.702 an f32 in the file.
+        let x = Rc::new(Expr::X);
+        let quick = |k: f64| bin("Mul", x.clone(), un("Sigmoid", bin("Mul", c(k), x.clone())));
+        assert_eq!(quick(1.702f32 as f64).form(), Form::GeluSigmoid);
+        // Written as a division, in the other operand order: the same function.
+        let div = bin("Div", x.clone(), bin("Add", c(1.0), un("Exp", bin("Mul", x.clone(), c(-1.702)))));
+        assert_eq!(div.form(), Form::GeluSigmoid);
+        // 1.702 off by 1e-4 relative, and SiLU (k = 1), are other functions.
+        assert_eq!(quick(1.702 * (1.0 + 1e-4)).form(), Form::Unknown);
+        assert_eq!(quick(1.0).form(), Form::Unknown);
     }
 
     #[test]

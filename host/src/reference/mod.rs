@@ -19,6 +19,7 @@ pub mod map;
 mod matmul;
 mod matmul_prob;
 mod prob;
+pub mod reduce;
 pub use matmul::{matmul_device, matmul_device_scalar, round_f16, MatMulArgs};
 use prob::Prob;
 pub use prob::LAMBDA;
@@ -164,6 +165,19 @@ pub fn gelu_erf_device(h: f32) -> f32 {
     let e = (libm::expf(sq * mhalf) * ab) * t;
     let s = ((((((((t * a5) + a4) * t) + a3) * t) + a2) * t) + a1) * e;
     round((r - s) * half, DType::F16)
+}
+
+/// The quick GeLU as `gelu_sigmoid_f16` computes it: `x / (e^{x·(−1.702)} + 1)` in f32 with the
+/// constants of `plan::matmul::GELU_SIGMOID_CONSTANTS`, libm's `expf` (as the simulator's
+/// `f32exp`), one f16 rounding at the end.
+pub fn gelu_sigmoid_device(h: f32) -> f32 {
+    let [k, one] = ipu_core::plan::matmul::GELU_SIGMOID_CONSTANTS;
+    round(h / (libm::expf(h * k) + one), DType::F16)
+}
+
+/// The quick GeLU in f64: `x·σ(1.702x)`.
+pub fn gelu_sigmoid_f64(x: f64) -> f64 {
+    x / (1.0 + (-1.702 * x).exp())
 }
 
 /// GeLU (erf form) in f64: `0.5x(1 + erf(x/√2))`.
@@ -389,10 +403,12 @@ pub fn evaluate(
                 let device: fn(f32) -> f32 = match form {
                     GeluForm::Tanh => gelu_device,
                     GeluForm::Erf => gelu_erf_device,
+                    GeluForm::Sigmoid => gelu_sigmoid_device,
                 };
                 let f64_form: fn(f64) -> f64 = match form {
                     GeluForm::Tanh => gelu_f64,
                     GeluForm::Erf => gelu_erf_f64,
+                    GeluForm::Sigmoid => gelu_sigmoid_f64,
                 };
                 let data = x.data.iter().map(|v| device(*v)).collect();
                 let ex: Vec<f64> = ein.iter().map(|v| f64_form(*v)).collect();
@@ -403,11 +419,9 @@ pub fn evaluate(
                         // gelu is 1.13-Lipschitz (either form). The tanh formula's own f32 error is
                         // at most ~40 ulps of 1 in t (exp, divide and the constants), times 0.5|x|;
                         // the erf form's is A&S 7.1.26's 1.5e-7 in erf (0.75e-7 in Φ) plus ~40 f32
-                        // ulps of 1 in Φ, times |x|; then one f16 rounding.
-                        let formula = match form {
-                            GeluForm::Tanh => 0.5 * (x.abs() + b) * 64.0 * 2f64.powi(-24),
-                            GeluForm::Erf => (x.abs() + b) * (0.75e-7 + 40.0 * 2f64.powi(-24)),
-                        };
+                        // ulps of 1 in Φ, times |x|; then one f16 rounding. The quick GeLU (also
+                        // ≤ 1.1-Lipschitz) is prob::gelu_formula's.
+                        let formula = prob::gelu_formula(*form, x.abs() + b);
                         let carried = 1.13 * b + formula + 8.0 * 2f64.powi(-24) * y.abs();
                         carried
                             + unit_roundoff(DType::F16) * (y.abs() + carried)
@@ -530,6 +544,11 @@ pub fn evaluate(
                 let data = from.iter().map(|&i| x.data[i]).collect();
                 let t = HostTensor { dtype: out.dtype, shape: out.shape.clone(), data };
                 (t, pick(&exact[n]), pick(&bound[n]), prob[n].pick(&from))
+            }
+            OpKind::Reduce { input, mean } => {
+                let (x, _) = get(*input)?;
+                let n = &g.tensor(*input).name;
+                reduce::reduce(x, &exact[n], &bound[n], &prob[n], *mean)
             }
             OpKind::Softmax { input } => {
                 let (x, _) = get(*input)?;

@@ -122,11 +122,32 @@ fn gelu_slope(form: GeluForm, x: f64) -> f64 {
             let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
             0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)) + x * phi
         }
+        GeluForm::Sigmoid => {
+            // σ(u) + u·σ(u)(1 − σ(u)), u = 1.702x.
+            let u = 1.702 * x;
+            let s = 1.0 / (1.0 + (-u).exp());
+            s + u * s * (1.0 - s)
+        }
+    }
+}
+
+/// The f32 formula's own error of a GeLU form at magnitude `m` (|x| plus its carried error),
+/// before the final f16 rounding. Tanh: ~40 ulps of 1 in t (exp, divide, the constants) times
+/// 0.5|x|, kept at 64. Erf: A&S 7.1.26's 1.5e−7 in erf (0.75e−7 in Φ) plus ~40 f32 ulps of 1 in
+/// Φ, times |x|. Sigmoid (`x/(e^{−1.702x} + 1)`): the rounding of 1.702 and of the product u
+/// change e^{−u} by 2|u| ulps, exp by ≤ 2 more; through `1 + e` this moves y relatively by
+/// (1 − σ)(2|u| + 2) ulps: |y|·(1 − σ)(2|u| + 2) = |x|·σ(1 − σ)(2|u| + 2) ≤ 0.95|x| ulps (σ(1 − σ)|u|
+/// ≤ 0.224), and with the add and the divide (1 ulp of |y| ≤ |x| each) below 4 ulps of |x|.
+pub fn gelu_formula(form: GeluForm, m: f64) -> f64 {
+    match form {
+        GeluForm::Tanh => 0.5 * m * 64.0 * U32,
+        GeluForm::Erf => m * (0.75e-7 + 40.0 * U32),
+        GeluForm::Sigmoid => m * 4.0 * U32,
     }
 }
 
 /// GeLU: the slope at the exact x carries the random part; the remainder `≤ ½·0.8·Δx²`
-/// (sup|g''| ≤ 0.8 for either form) at its Gaussian mean and fluctuation (model M3), never
+/// (sup|g''| ≤ 0.8 for the tanh and erf forms, ≤ 0.86 for the quick GeLU) at its Gaussian mean and fluctuation (model M3), never
 /// above `min(0.4m², (1.13 + |g'|)·m)` at the probabilistic magnitude m (sup|g'| ≤ 1.13); the
 /// formula's f32 error and one f16 rounding.
 pub fn gelu(form: GeluForm, p: &Prob, ein: &[f64], ex: &[f64]) -> Prob {
@@ -139,14 +160,13 @@ pub fn gelu(form: GeluForm, p: &Prob, ein: &[f64], ex: &[f64]) -> Prob {
             // The remainder ≤ 0.4Δ²: with the first-order error Gaussian (model M3) its mean
             // 0.4(s² + 2λsd + d²) and its fluctuation 0.4·√2·s² (random); never above the
             // worst case at the probabilistic magnitude.
+            // Half of sup|g''|: 0.8 for the tanh and erf forms, 1.702·0.5 for the quick GeLU.
+            let h = if form == GeluForm::Sigmoid { 0.43 } else { 0.4 };
             let (rem_d, rem_s) =
-                (0.4 * (se * se + de * (2.0 * LAMBDA * se + de)), 0.4 * std::f64::consts::SQRT_2 * se * se);
-            let worst = (0.4 * m * m).min((1.13 + g1) * m);
+                (h * (se * se + de * (2.0 * LAMBDA * se + de)), h * std::f64::consts::SQRT_2 * se * se);
+            let worst = (h * m * m).min((1.13 + g1) * m);
             let (rem_d, rem_s) = if rem_d + LAMBDA * rem_s < worst { (rem_d, rem_s) } else { (worst, 0.0) };
-            let formula = match form {
-                GeluForm::Tanh => 0.5 * (x.abs() + m) * 64.0 * U32,
-                GeluForm::Erf => (x.abs() + m) * (0.75e-7 + 40.0 * U32),
-            } + 8.0 * U32 * y.abs();
+            let formula = gelu_formula(form, x.abs() + m) + 8.0 * U32 * y.abs();
             rounded(y, (g1 * se).hypot(rem_s), g1 * de + rem_d + formula, DType::F16, 0)
         })
         .unzip();

@@ -197,7 +197,7 @@ impl Gen {
     }
 
     fn step(&mut self) {
-        match self.rng.weighted(&[24, 15, 8, 8, 7, 10, 8, 6, 7, 6]) {
+        match self.rng.weighted(&[24, 15, 8, 8, 7, 10, 8, 6, 7, 6, 6]) {
             0 => self.matmul(),
             1 => self.binary(),
             2 => self.softmax(),
@@ -207,7 +207,8 @@ impl Gen {
             6 => self.cast_round_trip(),
             7 => self.reshape(),
             8 => self.transpose(),
-            _ => self.slice(),
+            9 => self.slice(),
+            _ => self.reduce(),
         }
     }
 
@@ -369,7 +370,7 @@ impl Gen {
 
     fn gelu(&mut self) {
         let x = self.pick_f16(1);
-        let form = if self.rng.pct(50) { "tanh" } else { "none" };
+        let form = self.rng.pick(&["tanh", "none", "sigmoid"]);
         self.push(
             "gelu",
             &[("input", &x.name)],
@@ -380,7 +381,20 @@ impl Gen {
 
     fn unary_map(&mut self) {
         let x = self.pick_f16(1);
-        let f = self.rng.pick(&["tanh", "sigmoid", "exp", "log", "sqrt", "reciprocal", "abs", "erf", "pow"]);
+        let f = self.rng.pick(&[
+            "tanh",
+            "sigmoid",
+            "exp",
+            "log",
+            "sqrt",
+            "reciprocal",
+            "abs",
+            "erf",
+            "pow",
+            "max",
+            "min",
+            "leaky_relu",
+        ]);
         let mut attrs = Vec::new();
         let mag = match f {
             "exp" => x.mag.min(11.0).exp(),
@@ -397,9 +411,31 @@ impl Gen {
                     x.mag.max(1.0).powf(c)
                 }
             }
+            // ReLU (0), ReLU6's bounds, others; a NaN input gives the value.
+            "max" | "min" => {
+                let c: f64 = self.rng.pick(&[0.0, 6.0, -0.5, 1.0, -2.0, 0.25]);
+                attrs.push(("value", Attr::Float(c)));
+                x.mag.max(c.abs())
+            }
+            "leaky_relu" => {
+                let a: f64 = self.rng.pick(&[0.01, 0.2, 0.5, 1.0, 0.0, -0.25]);
+                attrs.push(("alpha", Attr::Float(a)));
+                x.mag
+            }
             _ => 1.0,
         };
         self.push(f, &[("input", &x.name)], attrs, (DType::F16, x.shape, mag));
+    }
+
+    /// `reduce_sum` or `reduce_mean` over the last axis: the result's last axis is 1.
+    fn reduce(&mut self) {
+        let x = self.pick_f16(1);
+        let d = *x.shape.last().expect("rank ≥ 1");
+        let (op, mag) =
+            if self.rng.pct(50) { ("reduce_sum", x.mag * d as f64) } else { ("reduce_mean", x.mag) };
+        let mut shape = x.shape.clone();
+        *shape.last_mut().expect("rank ≥ 1") = 1;
+        self.push(op, &[("input", &x.name)], Vec::new(), (DType::F16, shape, mag));
     }
 
     /// f16 → FP8 → f16, or f16 → f32 → f16; an f32 input cast to f16; sometimes the middle

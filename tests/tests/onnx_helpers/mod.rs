@@ -191,6 +191,27 @@ pub fn init(name: &str, dims: &[i64], v: Vec<f32>) -> proto::TensorProto {
     }
 }
 
+pub fn init_i64(name: &str, dims: &[i64], v: Vec<i64>) -> proto::TensorProto {
+    proto::TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 7,
+        int64_data: v,
+        ..Default::default()
+    }
+}
+
+/// A BOOL initializer (ONNX keeps booleans in `int32_data`).
+pub fn init_bool(name: &str, dims: &[i64], v: Vec<i64>) -> proto::TensorProto {
+    proto::TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 9,
+        int32_data: v.into_iter().map(|b| b as i32).collect(),
+        ..Default::default()
+    }
+}
+
 /// An opset-18 model: nodes, initializers, inputs and one output `y`.
 pub fn model(
     nodes: Vec<proto::NodeProto>,

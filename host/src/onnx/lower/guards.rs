@@ -7,8 +7,8 @@
 //! - `Where(IsNaN(x), c, x)` with a constant `c` is `x` where `x` is not NaN; it is taken as
 //!   `x`, so a NaN stays NaN on the chip (the verdict counts non-finite outputs) where the model
 //!   would write `c`. A softmax of finite scores is never NaN, and only a mask of −∞ over a whole
-//!   row makes one. `IsNaN` read by anything else is refused; any other `Where` is a mask's
-//!   (`masks.rs`).
+//!   row makes one. `IsNaN` read by anything else is refused; a `Where` of a constant condition
+//!   is a selection (`select.rs`), any other a mask's (`masks.rs`).
 
 use super::*;
 
@@ -51,10 +51,14 @@ impl Lower<'_, '_> {
         let cond = node.input.first().and_then(|c| self.nan_tests.get(c));
         let guard =
             cond.is_some_and(|x| node.input.get(2) == Some(x)) && matches!(ins.get(1), Some(Some(Val::C(_))));
-        match (guard, ins.get(2)) {
-            (true, Some(Some(Val::R(x)))) => {
+        match (guard, ins.get(2), ins.first()) {
+            (true, Some(Some(Val::R(x))), _) => {
                 self.define(node, 0, Val::R(x.clone()));
                 Ok(())
+            }
+            (_, _, Some(Some(Val::C(c)))) => {
+                let c = c.clone();
+                self.where_const(node, &c, ins, at)
             }
             _ => self.where_mask(node, ins, at),
         }

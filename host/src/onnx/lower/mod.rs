@@ -11,7 +11,9 @@ mod lookup;
 mod masks;
 mod ops;
 mod outputs;
+mod reduce;
 mod runtime;
+mod select;
 mod views;
 
 use crate::onnx::consts::{Const, External};
@@ -30,10 +32,11 @@ use std::rc::Rc;
 /// The ops the importer takes, for refusals.
 pub const SUPPORTED: &str = "MatMul, Gemm, Conv (patch embedding: stride = kernel, no padding), Add, Sub, Mul, Div, \
 Pow, Sqrt, Erf, Tanh, Sigmoid, Exp, Log, Neg, Abs, Reciprocal, Relu, LeakyRelu, Clip, Max and Min (with constants), \
-HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf GeLU, \
+HardSigmoid, HardSwish (fused where recognised: scalings, the tanh/erf/quick GeLU, \
 a decomposed LayerNorm; else one elementwise op per step), Gelu, \
-LayerNormalization, Softmax (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
+LayerNormalization, Softmax, ReduceMean and ReduceSum (last axis), Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Dropout, Cast, \
 Concat (placement matmuls), Add of zeros and Where(IsNaN(x), c, x) (as x: SDPA's guards), \
+Where with a constant condition (x·c + y·(1 − c)), \
 an attention mask (an integer input, Cast to BOOL, GatherND as a reshape, And, Where with constants); \
 Gather of a constant table by INT64/INT32 token ids (an embedding lookup: one-hot rows written by the host, one matmul); \
 on constants and shapes also Shape, Gather, GatherElements, GatherND, Slice, Split, Concat, ConstantOfShape, Constant, Expand, Tile, Range, \
@@ -201,8 +204,12 @@ impl<'a, 'b> Lower<'a, 'b> {
     fn write_composition(&mut self, r: &Run, at: &str) -> Result<String, String> {
         match r.e.form() {
             Form::Identity => Ok(r.t.clone()),
-            form @ (Form::GeluTanh | Form::GeluErf) => {
-                let approx = if form == Form::GeluTanh { "tanh" } else { "none" };
+            form @ (Form::GeluTanh | Form::GeluErf | Form::GeluSigmoid) => {
+                let approx = match form {
+                    Form::GeluTanh => "tanh",
+                    Form::GeluErf => "none",
+                    _ => "sigmoid",
+                };
                 let out = self.emit.fresh(&format!("{}_gelu", r.t));
                 self.emit.op(
                     "gelu",

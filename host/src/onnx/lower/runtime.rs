@@ -77,6 +77,7 @@ impl Lower<'_, '_> {
                 self.elementwise(node, ins, at)?
             }
             "Concat" => self.concat(node, attrs, ins, at)?,
+            "ReduceMean" | "ReduceSum" => self.reduce(node, attrs, ins, at)?,
             "Relu" | "LeakyRelu" | "Clip" | "Max" | "Min" | "HardSigmoid" | "HardSwish" => {
                 self.activation(node, attrs, ins, at)?
             }
