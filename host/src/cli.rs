@@ -515,7 +515,11 @@ fn superstep_lines(b: &ipu_host::build::Built) {
     for (k, x) in b.exchanges.iter().enumerate() {
         cycles += x.cycles;
         floor += x.floor_words;
-        let ratio = if x.floor_words > 0 { format!("{:.2}x", x.cycles as f64 / x.floor_words as f64) } else { "-".into() };
+        let ratio = if x.floor_words > 0 {
+            format!("{:.2}x", x.cycles as f64 / x.floor_words as f64)
+        } else {
+            "-".into()
+        };
         term::err_line(&format!(
             "superstep {k:>3} bytes={:<10} predicted_cycles={:<8} floor={:<8} {ratio:>7}  {}",
             x.bytes, x.cycles, x.floor_words, x.phase

@@ -129,7 +129,7 @@ pub fn link(tile: u16, code: &str, buffers: &[Buffer]) -> Result<Linked, LinkErr
     let Some(addr_of) = addr_of else {
         let mut e = first_err.expect("at least one order was tried");
         if let LinkError::NoSpace { peak, room, .. } = &mut e {
-            *peak = peak_bytes(buffers);
+            *peak = ipu_core::plan::liveness::peak_bytes(buffers);
             *room = HOST_AREA_BASE - code_end;
         }
         return Err(e);
@@ -252,25 +252,6 @@ enum Order {
 }
 
 const ORDERS: [Order; 3] = [Order::Largest, Order::FirstUse, Order::Footprint];
-
-/// The most bytes live at once (each buffer rounded up to 16 bytes, as placed): a sweep over
-/// lifetime ends.
-fn peak_bytes(buffers: &[Buffer]) -> u64 {
-    let mut ends: Vec<(u64, i64)> = Vec::with_capacity(2 * buffers.len());
-    for b in buffers {
-        let bytes = ((b.bytes as u64).div_ceil(16) * 16) as i64;
-        ends.push((b.live.from as u64, bytes));
-        ends.push((b.live.to as u64 + 1, -bytes));
-    }
-    // At one position, bytes that are freed go before bytes that arrive.
-    ends.sort_unstable();
-    let (mut now, mut peak) = (0i64, 0i64);
-    for (_, d) in ends {
-        now += d;
-        peak = peak.max(now);
-    }
-    peak as u64
-}
 
 /// Place every buffer in `order`, first fit: region 1, then region 0 after the code; `joined`:
 /// one range from the code's end to the host area.

@@ -271,8 +271,14 @@ fn mutated_family_models_are_imported_or_refused_without_a_panic() {
     let mut rng = common::Rng(0x4040);
     let d = tempfile::tempdir().unwrap();
     let (mut taken, mut refused) = (0, 0);
-    for name in ["mlp", "acts", "vit_sdpa", "clip", "dinov2", "bert_mask"] {
-        let good = std::fs::read(dir().join(format!("{name}.onnx"))).unwrap();
+    // The family, and the reduce and Where fixtures (tests/data/onnx/ops).
+    let ops = dir().join("../ops");
+    let models =
+        ["mlp", "acts", "vit_sdpa", "clip", "dinov2", "bert_mask"].map(|n| dir().join(format!("{n}.onnx")));
+    let models = models.into_iter().chain(["reduce", "where"].map(|n| ops.join(format!("{n}.onnx"))));
+    for path in models {
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let good = std::fs::read(&path).unwrap();
         let span = good.len().min(8192);
         for _ in 0..150 {
             let mut b = good.clone();

@@ -9,7 +9,9 @@ use ipu_core::plan::{self, matmul, resident, stages, PlanOptions};
 
 /// `layers` linear layers `X_{i+1} = X_i · W_i` on `[m, d]`, the weights params.
 fn stack(layers: usize, m: u64, d: u64) -> String {
-    let mut s = format!("name = \"stack\"\noutputs = [\"X{layers}\"]\n[inputs.X0]\ndtype = \"f16\"\nshape = [{m}, {d}]\n");
+    let mut s = format!(
+        "name = \"stack\"\noutputs = [\"X{layers}\"]\n[inputs.X0]\ndtype = \"f16\"\nshape = [{m}, {d}]\n"
+    );
     for i in 0..layers {
         s += &format!("[params.W{i}]\ndtype = \"f16\"\nshape = [{d}, {d}]\nfile = \"w{i}.npy\"\n");
     }
@@ -50,7 +52,10 @@ fn many_layers_get_grids_of_one_row_group_and_stay_within_the_budget() {
     let tiles = 64;
     let g = ipu_host::model::parse("stack.toml", &stack(24, 512, 256)).unwrap();
     let (before, replicated) = default_total(&g, tiles);
-    assert!(replicated && before > resident::BUDGET, "the case must need the change: {before} bytes per tile");
+    assert!(
+        replicated && before > resident::BUDGET,
+        "the case must need the change: {before} bytes per tile"
+    );
     let p = plan::plan(&g, PlanOptions::new(tiles)).unwrap();
     let held = busiest_tile_params(&g, &p);
     assert!(held <= resident::BUDGET, "{held} bytes of weights on one tile (budget {})", resident::BUDGET);
@@ -66,7 +71,10 @@ fn many_layers_get_grids_of_one_row_group_and_stay_within_the_budget() {
         })
         .sum();
     assert!(held <= planned, "busiest tile {held} B, the grids' sum {planned} B");
-    println!("24 layers 512x256x256 on {tiles} tiles: weights per tile {before} -> {held} B, grids {:?}", p.grids);
+    println!(
+        "24 layers 512x256x256 on {tiles} tiles: weights per tile {before} -> {held} B, grids {:?}",
+        p.grids
+    );
 }
 
 #[test]

@@ -89,7 +89,7 @@ pub(super) fn live_bytes(buffers: &[Buffer], x: u32) -> u64 {
 
 /// The most bytes live at once: a sweep over lifetime ends (`live_bytes` at every position
 /// would be quadratic in the buffers of a tile).
-pub(super) fn peak_bytes(buffers: &[Buffer]) -> u64 {
+pub fn peak_bytes(buffers: &[Buffer]) -> u64 {
     let mut ends: Vec<(u64, i64)> = Vec::with_capacity(2 * buffers.len());
     for b in buffers {
         let bytes = ((b.bytes as u64).div_ceil(16) * 16) as i64;

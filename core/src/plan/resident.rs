@@ -39,7 +39,11 @@ pub fn lean_grid(mm: &MatMul, tiles: usize) -> Option<Grid> {
     let mut best: Option<(u64, u64, Grid)> = None;
     for tn in 1..=mm.nb().min(t) {
         for tk in 1..=mm.kb().min(t / tn) {
-            let g = Grid { tm: 1, tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)), tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)) };
+            let g = Grid {
+                tm: 1,
+                tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)),
+                tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)),
+            };
             if !matmul::fits_grid(mm, g) {
                 continue;
             }
@@ -55,7 +59,12 @@ pub fn lean_grid(mm: &MatMul, tiles: usize) -> Option<Grid> {
 /// `grids` (indexed by op; `None`: the estimate's choice) with param stages moved to lean grids
 /// where the default choices would put more than [`BUDGET`] bytes of weights on one tile.
 /// `cut` is the partition the graph is planned with.
-pub fn grids(g: &Graph, opts: PlanOptions, cut: &[Vec<usize>], grids: &[Option<[u32; 3]>]) -> Vec<Option<[u32; 3]>> {
+pub fn grids(
+    g: &Graph,
+    opts: PlanOptions,
+    cut: &[Vec<usize>],
+    grids: &[Option<[u32; 3]>],
+) -> Vec<Option<[u32; 3]>> {
     let mut out: Vec<Option<[u32; 3]>> = (0..g.ops.len()).map(|i| grids.get(i).copied().flatten()).collect();
     if opts.grid.is_some() {
         return out;

@@ -585,8 +585,10 @@ mod tests {
         let pieces = [piece(0, 0, 8, &[(1, 0)]), piece(0, 32, 200, &[(2, 0)]), piece(0, 832, 8, &[(1, 64)])];
         let (s, _) = scatter(&pieces).unwrap();
         let evs = &s.events[&1];
-        let ptrs: Vec<u64> =
-            evs.iter().filter_map(|e| if let Event::Pointer { at, .. } = e { Some(*at) } else { None }).collect();
+        let ptrs: Vec<u64> = evs
+            .iter()
+            .filter_map(|e| if let Event::Pointer { at, .. } = e { Some(*at) } else { None })
+            .collect();
         let parks: Vec<u64> = evs
             .iter()
             .filter_map(|e| if let Event::Mux { at, source: MUX_NONE } = e { Some(*at) } else { None })
