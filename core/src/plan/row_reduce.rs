@@ -36,11 +36,7 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         return Err(PlanError::Unsupported(op, "not a reduce_sum or reduce_mean".into()));
     };
     let x = g.tensor(input);
-    let d = *x.shape.last().unwrap_or(&1);
-    let rows_total = x.elements() / d.max(1);
-    let stride = d.div_ceil(4) * 8;
-    let tm = (tiles as u64).min(rows_total).max(1);
-    let per_tile = rows_total.div_ceil(tm);
+    let super::rows::RowSplit { d, rows_total, stride, tm, per_tile } = super::rows::RowSplit::of(x, tiles);
     let need = per_tile * (stride + OUT_STRIDE) + 64 * WORKERS as u64 + super::RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
         return Err(PlanError::Memory {

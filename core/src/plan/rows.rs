@@ -29,17 +29,38 @@ pub fn share_rows(rows: u64, d: u64) -> bool {
     rows > 0 && shared < single
 }
 
+/// How a row op spreads the rows of its last axis over the tiles (the layernorm and the row
+/// reductions, `row_reduce.rs`): whole rows, as many tiles as rows up to `tiles`.
+pub(super) struct RowSplit {
+    /// Values per row (the last axis).
+    pub d: u64,
+    /// Rows in all.
+    pub rows_total: u64,
+    /// Bytes between rows on a tile: the row in f16, padded to whole 8-byte quads.
+    pub stride: u64,
+    /// Tiles used.
+    pub tm: u64,
+    /// Rows on the fullest tile.
+    pub per_tile: u64,
+}
+
+impl RowSplit {
+    /// The split of `x`'s rows over up to `tiles` tiles.
+    pub fn of(x: &crate::graph::Tensor, tiles: usize) -> Self {
+        let d = *x.shape.last().unwrap_or(&1);
+        let rows_total = x.elements() / d.max(1);
+        let tm = (tiles as u64).min(rows_total).max(1);
+        RowSplit { d, rows_total, stride: d.div_ceil(4) * 8, tm, per_tile: rows_total.div_ceil(tm) }
+    }
+}
+
 /// Plan op `op` (a layernorm) of `g` on up to `tiles` tiles.
 pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
     let OpKind::LayerNorm { input, gamma, beta, eps } = g.ops[op].kind else {
         return Err(PlanError::Unsupported(op, "not a layernorm".into()));
     };
     let x = g.tensor(input);
-    let d = *x.shape.last().unwrap_or(&1);
-    let rows_total = x.elements() / d.max(1);
-    let stride = d.div_ceil(4) * 8;
-    let tm = (tiles as u64).min(rows_total).max(1);
-    let per_tile = rows_total.div_ceil(tm);
+    let RowSplit { d, rows_total, stride, tm, per_tile } = RowSplit::of(x, tiles);
     let need = 2 * per_tile * stride + 2 * stride + 64 * WORKERS as u64 + super::RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
         return Err(PlanError::Memory {
