@@ -107,13 +107,17 @@ fn link_error_message(
     if let LinkError::CodeTooLarge(t, bytes) = err {
         return format!("{file}: {err}{}", code_by_phase(plan, *t, *bytes));
     }
-    let LinkError::NoSpace { buffer, peak, room, .. } = err else { return err.to_string() };
-    let why = if *peak > *room as u64 {
+    let LinkError::NoSpace { buffer, peak, room, code, .. } = err else { return err.to_string() };
+    let why = if *peak > *room as u64 && *code as u64 > plan::RUNTIME_RESERVE {
         format!(
             ": the planner kept {} bytes for code and this tile's code takes more (fewer exchange \
              pieces or launches on it, or more tiles, leave room)",
             plan::RUNTIME_RESERVE
         )
+    } else if *peak > *room as u64 {
+        ": the tile's buffers at their peak take more than the room beside its code and the host \
+         area (more tiles, or fewer ops kept live across this stage, leave room)"
+            .to_string()
     } else {
         ": the stage's buffers fit the tile by size but not in one free range each (more tiles, or \
          fewer ops kept live across this stage, leave room)"

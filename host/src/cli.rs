@@ -526,7 +526,7 @@ fn superstep_lines(b: &ipu_host::build::Built) {
         ));
     }
     term::err_line(&format!(
-        "supersteps={} predicted_exchange_cycles={cycles} floor={floor} (the most words one tile sends or receives, summed)",
+        "supersteps={} superstep_cycles={cycles} floor={floor} (release to last landing, without the syncs; the floors summed)",
         b.exchanges.len()
     ));
 }

@@ -7,8 +7,10 @@
 //! masks of `masks.rs` are: a −3.4e38 fill would be −∞ in f16). For finite values this is exact:
 //! `x·1 = x`, `y·0 = ±0`, `v + ±0 = v` (a zero result may change sign: `−0 + 0 = +0`). A non-finite
 //! value in the branch **not** selected is not ignored: `∞·0` and `NaN·0` are NaN, so the result
-//! there is NaN where ONNX gives the other branch (the verdict counts non-finite outputs; a mask
-//! fill of −∞ as a constant branch is exact, since it is never multiplied). A condition that is
+//! there is NaN where ONNX gives the other branch (the verdict counts non-finite outputs). A mask
+//! fill of −∞ as a constant branch is never multiplied but is clamped to −65504, as above: after a
+//! softmax the weight is 0 either way, except in a row masked everywhere, where ONNX gives NaN and
+//! the chip a uniform row. A condition that is
 //! true (or false) everywhere is the branch itself, nothing written; a constant branch of zeros
 //! adds nothing (the product alone).
 
