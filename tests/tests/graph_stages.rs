@@ -259,3 +259,26 @@ fn every_superstep_is_at_or_above_its_floor() {
         }
     }
 }
+
+/// A matmul planned in a row chain (alpha with f32 partial sums: no grid stage takes it) that reads
+/// a model input transposed: the chain spreads rows of `a`, so the read becomes an explicit
+/// transpose on the chip (`canon.rs`) instead of the chain's refusal ("transpose_a is not
+/// supported in a chain"), and the result is bit-exact with the reference of the model as written.
+#[test]
+fn a_chain_matmul_reading_a_transposed_input_runs_bit_exact() {
+    let src = [
+        "name = \"ta_chain\"\noutputs = [\"P\"]\n".to_string(),
+        input("X", "[24, 40]"),
+        input("W", "[24, 32]"),
+        op("op = \"matmul\"\na = \"X\"\nb = \"W\"\noutput = \"S\"\ntranspose_a = true\nalpha = 0.25\naccumulate = \"f32\""),
+        op("op = \"softmax\"\ninput = \"S\"\noutput = \"P\""),
+    ]
+    .concat();
+    for tiles in [8, 64] {
+        let (out, pkg) = common::build_and_run(&src, tiles, None, 3, 1);
+        assert_eq!(out.max_abs_error, 0.0, "{tiles} tiles: {out:?}");
+        assert!(out.max_abs_error_f64 <= out.bound_f64 && out.compared_elements == 40 * 32, "{out:?}");
+        let (sim, pred) = (out.cycles[0], pkg.plan.predicted_cycles);
+        assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
+    }
+}

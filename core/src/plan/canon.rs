@@ -1,6 +1,6 @@
 //! Canonical forms the planners need, made before planning (docs/graph-planner.md "Levels", the
 //! canonical graph): today, transposed reads of a tensor the chip holds, and the transposed `a` of
-//! a batched matmul (a row chain cannot take it), become explicit transposes.
+//! a matmul planned in a row chain (which cannot take it), become explicit transposes.
 //!
 //! A matmul reads `transpose_a`/`transpose_b` operands as the host lays them out: the host
 //! transposes a model input before writing it. A tensor an earlier op made (or an input an earlier
@@ -72,10 +72,11 @@ pub fn explicit_transposes(g: &Graph) -> Option<Canonical> {
             }
             let (base, cast) = base_of(g, t);
             let bt = g.tensor(base);
-            // A batched matmul is a row chain, which spreads the rows of `a` over tiles: it
+            // A matmul no grid stage takes (batched; alpha with f32 partial sums; FP8 with a
+            // transpose) is planned in a row chain, which spreads the rows of `a` over tiles: it
             // cannot take `a` transposed, wherever `a` comes from.
-            let batched = g.tensor(a).shape.len() > 2 || g.tensor(b).shape.len() > 2;
-            let host = host_transposes(g, base, cast.unwrap_or(i)) && !(slot == 0 && batched);
+            let in_chain = !super::stages::grid_matmul(g, i);
+            let host = host_transposes(g, base, cast.unwrap_or(i)) && !(slot == 0 && in_chain);
             // The transpose kernel moves f16 of rank ≥ 2; anything else keeps the planner's refusal.
             if host || bt.dtype != DType::F16 || bt.shape.len() < 2 {
                 continue;
