@@ -282,3 +282,27 @@ fn a_chain_matmul_reading_a_transposed_input_runs_bit_exact() {
         assert!(sim.abs_diff(pred) * 100 <= sim, "{tiles} tiles: simulated {sim} predicted {pred}");
     }
 }
+
+/// An FP8 cast of a matmul's `b` that is also a model output, right before a batched matmul whose
+/// rows come from another cast: the partition starts the matmul's chain at the matmul (a matmul
+/// follows the previous op only when it reads that result as its rows, `a`), so the output cast is
+/// a stage of its own and `b` a stage input. The landed binary put cast and matmul in one chain and
+/// refused ("a cast feeding a matmul's `b` is not also an output in a row chain").
+#[test]
+fn an_output_cast_of_b_before_a_batched_matmul_is_a_stage_of_its_own() {
+    let cast = |x: &str, y: &str| {
+        format!("[[ops]]\nop = \"cast\"\ninput = \"{x}\"\noutput = \"{y}\"\ndtype = \"f8e4m3\"\n")
+    };
+    let src = [
+        "name = \"side_cast_output\"\noutputs = [\"Y\", \"W8\"]\n".to_string(),
+        input("X", "[2, 20, 32]"),
+        input("W", "[32, 24]"),
+        cast("X", "X8"),
+        cast("W", "W8"),
+        op("op = \"matmul\"\na = \"X8\"\nb = \"W8\"\noutput = \"Y\"\naccumulate = \"f16\""),
+    ]
+    .concat();
+    let (out, _) = common::build_and_run(&src, 8, None, 4, 1);
+    assert_eq!(out.max_abs_error, 0.0, "{out:?}");
+    assert_eq!(out.compared_elements, 2 * 20 * 24 + 32 * 24, "{out:?}");
+}

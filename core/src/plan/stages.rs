@@ -128,10 +128,13 @@ pub fn partition(g: &Graph) -> Vec<Vec<usize>> {
                 }
                 _ => false,
             };
-            let follows = side_cast(i)
-                || last.is_none_or(|&l| {
-                    g.ops[i].kind.operands().contains(&g.ops[l].output) && !matmul_to_other(l)
-                });
+            // Each op reads the previous one's result as its rows: a matmul through `a` (its `b` is
+            // a side operand every row tile reads whole, a stage input when an earlier op made it).
+            let reads_rows = |l: usize| match g.ops[i].kind {
+                OpKind::MatMul { a, .. } => a == g.ops[l].output,
+                ref k => k.operands().contains(&g.ops[l].output),
+            };
+            let follows = side_cast(i) || last.is_none_or(|&l| reads_rows(l) && !matmul_to_other(l));
             if !follows {
                 stages.push(core::mem::take(&mut chain));
             }
