@@ -133,16 +133,7 @@ fn quick_gelu_is_fused_after_the_bias_and_after_f32_partials() {
             epi.is_some_and(|e| e.gelu == Some(ipu_core::graph::GeluForm::Sigmoid)),
             "not fused: {epi:?}"
         );
-        let (out, pkg) = common::build_and_run(&src, tiles, grid, 9, 2);
-        assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
-        let opts = BuildOptions { threads: 1, grid, profile: true, ..BuildOptions::new(tiles) };
-        let profiled = Package::from_bytes(&build("q.toml", &src, &opts).unwrap().bytes).unwrap();
-        let phases = profiled.plan.profile.expect("a profile plan").phases;
-        assert!(phases.iter().any(|p| p.starts_with("gelu")), "{phases:?}");
-        assert!(!phases.iter().any(|p| p.starts_with("redistribute")), "{phases:?}");
-        let (cycles, predicted) = (out.cycles[0], pkg.plan.predicted_cycles);
-        let diff = cycles.abs_diff(predicted);
-        assert!(diff * 100 <= cycles || diff <= 15, "{m}x{k}x{n} on {tiles}: {cycles} vs {predicted}");
+        runs_as_one_stage("q.toml", &src, tiles, grid, &format!("{m}x{k}x{n} on {tiles}"));
     }
 }
 
@@ -227,16 +218,22 @@ fn gelu_after_f32_partials_is_the_epilogue() {
         let src = model(m, k, n);
         let g = ipu_host::model::parse("up.toml", &src).expect("parses");
         assert!(ipu_core::plan::fused_epilogue(&g).is_some_and(|e| e.gelu.is_some()), "not fused");
-        let (out, pkg) = common::build_and_run(&src, tiles, grid, 9, 2);
-        assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{out:?}");
-        // One stage: the matmul with its epilogue (a GeLU stage would add a redistribution).
-        let opts = BuildOptions { threads: 1, grid, profile: true, ..BuildOptions::new(tiles) };
-        let profiled = Package::from_bytes(&build("up.toml", &src, &opts).unwrap().bytes).unwrap();
-        let phases = profiled.plan.profile.expect("a profile plan").phases;
-        assert!(phases.iter().any(|p| p.starts_with("gelu")), "{phases:?}");
-        assert!(!phases.iter().any(|p| p.starts_with("redistribute")), "{phases:?}");
-        let (cycles, predicted) = (out.cycles[0], pkg.plan.predicted_cycles);
-        let diff = cycles.abs_diff(predicted);
-        assert!(diff * 100 <= cycles || diff <= 15, "{m}x{k}x{n} on {tiles}: {cycles} vs {predicted}");
+        runs_as_one_stage("up.toml", &src, tiles, grid, &format!("{m}x{k}x{n} on {tiles}"));
     }
+}
+
+/// Runs `src` (a matmul with a fused GeLU epilogue) within the f64 bound, with the GeLU in the
+/// matmul's stage (a GeLU stage of its own would add a redistribution), and the cost model within
+/// 1% or 15 cycles.
+fn runs_as_one_stage(file: &str, src: &str, tiles: usize, grid: Option<[u32; 3]>, label: &str) {
+    let (out, pkg) = common::build_and_run(src, tiles, grid, 9, 2);
+    assert!(out.max_abs_error_f64 > 0.0 && out.max_abs_error_f64 <= out.bound_f64, "{label}: {out:?}");
+    let opts = BuildOptions { threads: 1, grid, profile: true, ..BuildOptions::new(tiles) };
+    let profiled = Package::from_bytes(&build(file, src, &opts).unwrap().bytes).unwrap();
+    let phases = profiled.plan.profile.expect("a profile plan").phases;
+    assert!(phases.iter().any(|p| p.starts_with("gelu")), "{label}: {phases:?}");
+    assert!(!phases.iter().any(|p| p.starts_with("redistribute")), "{label}: {phases:?}");
+    let (cycles, predicted) = (out.cycles[0], pkg.plan.predicted_cycles);
+    let diff = cycles.abs_diff(predicted);
+    assert!(diff * 100 <= cycles || diff <= 15, "{label}: {cycles} vs {predicted}");
 }

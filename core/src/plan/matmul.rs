@@ -310,11 +310,6 @@ pub(super) fn band_buffers(mm: &MatMul, [rows, nbt, kbt]: [u64; 3], scatter: boo
 /// first, each into the first free range that holds it — region 1 up to the host area, then
 /// region 0 after the code (at most `RUNTIME_RESERVE` of code assumed). The total alone is not
 /// enough: one buffer larger than either range cannot be placed however much is free.
-/// Whether `g`'s buffers fit a tile with the reduction fan-in it would take.
-pub(super) fn fits_grid(mm: &MatMul, g: Grid) -> bool {
-    fits(mm, g, fan_in(mm, g))
-}
-
 fn fits(mm: &MatMul, g: Grid, f: u64) -> bool {
     fits_sizes(buffers_with(mm, g, f))
 }
@@ -411,11 +406,17 @@ pub fn estimate_on(mm: &MatMul, g: Grid, tiles: usize) -> u64 {
 
 /// Candidate grids that fit, in a fixed order.
 pub fn candidates(mm: &MatMul, tiles: usize) -> Vec<Grid> {
+    candidates_with(mm, tiles, false)
+}
+
+/// [`candidates`], with `tm` filling the tiles left by `tn · tk`, or (`one_row_group`) `tm = 1`:
+/// every tile of the grid then holds a distinct part of B (`resident.rs`).
+pub(super) fn candidates_with(mm: &MatMul, tiles: usize, one_row_group: bool) -> Vec<Grid> {
     let t = tiles as u64;
     let mut out = Vec::new();
     for tn in 1..=mm.nb().min(t) {
         for tk in 1..=mm.kb().min(t / tn) {
-            let tm_max = (t / (tn * tk)).min(mm.m).max(1);
+            let tm_max = if one_row_group { 1 } else { (t / (tn * tk)).min(mm.m).max(1) };
             let rows = mm.m.div_ceil(tm_max);
             let tm = mm.m.div_ceil(rows).max(1);
             let g = Grid {

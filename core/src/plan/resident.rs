@@ -30,30 +30,12 @@ pub fn weight_bytes_per_tile(mm: &MatMul, g: Grid) -> u64 {
     mm.kb().div_ceil(g.tk) * mm.nb().div_ceil(g.tn) * mm.block_bytes() as u64
 }
 
-/// The fastest grid with one row group (by the screening estimate; ties: fewer tiles), if one fits.
+/// The fastest grid with one row group (by the screening estimate; ties: fewer tiles, then the
+/// earlier candidate), if one fits.
 pub fn lean_grid(mm: &MatMul, tiles: usize) -> Option<Grid> {
-    let t = tiles as u64;
-    if !matmul::rows_fit_rpt(mm, mm.m) {
-        return None;
-    }
-    let mut best: Option<(u64, u64, Grid)> = None;
-    for tn in 1..=mm.nb().min(t) {
-        for tk in 1..=mm.kb().min(t / tn) {
-            let g = Grid {
-                tm: 1,
-                tn: mm.nb().div_ceil(mm.nb().div_ceil(tn)),
-                tk: mm.kb().div_ceil(mm.kb().div_ceil(tk)),
-            };
-            if !matmul::fits_grid(mm, g) {
-                continue;
-            }
-            let key = (matmul::estimate_on(mm, g, tiles), g.tn * g.tk);
-            if best.is_none_or(|(e, n, _)| key < (e, n)) {
-                best = Some((key.0, key.1, g));
-            }
-        }
-    }
-    best.map(|(_, _, g)| g)
+    matmul::candidates_with(mm, tiles, true)
+        .into_iter()
+        .min_by_key(|g| (matmul::estimate_on(mm, *g, tiles), g.tn * g.tk))
 }
 
 /// `grids` (indexed by op; `None`: the estimate's choice) with param stages moved to lean grids

@@ -36,7 +36,8 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         return Err(PlanError::Unsupported(op, "not a reduce_sum or reduce_mean".into()));
     };
     let x = g.tensor(input);
-    let super::rows::RowSplit { d, rows_total, stride, tm, per_tile } = super::rows::RowSplit::of(x, tiles);
+    let split_rows = super::rows::RowSplit::of(x, tiles);
+    let super::rows::RowSplit { d, rows_total, stride, tm, per_tile } = split_rows;
     let need = per_tile * (stride + OUT_STRIDE) + 64 * WORKERS as u64 + super::RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
         return Err(PlanError::Memory {
@@ -46,7 +47,6 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         });
     }
     let k = scale(mean, d);
-    let row_bytes = (2 * d) as u32;
     let mut plans = vec![TilePlan::default(); tiles];
     let (mut xs, mut ys) = (Vec::new(), Vec::new());
     for i in 0..tm {
@@ -55,16 +55,7 @@ pub fn plan(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> {
         let p = &mut plans[tile as usize];
         p.buffers.push(zero("X", rows * stride, MemKind::Tensor));
         p.buffers.push(zero("Y", rows * OUT_STRIDE, MemKind::Tensor));
-        xs.push(SliceRef {
-            tile,
-            buffer: "X".into(),
-            offset: 0,
-            tensor_offset: r0 * row_bytes as u64,
-            rows: rows as u32,
-            row_bytes,
-            tensor_stride: row_bytes as u64,
-            tile_stride: stride as u32,
-        });
+        xs.push(split_rows.slice(tile, "X", r0, rows));
         ys.push(SliceRef {
             tile,
             buffer: "Y".into(),

@@ -52,6 +52,22 @@ impl RowSplit {
         let tm = (tiles as u64).min(rows_total).max(1);
         RowSplit { d, rows_total, stride: d.div_ceil(4) * 8, tm, per_tile: rows_total.div_ceil(tm) }
     }
+
+    /// Rows `r0 .. r0 + rows` of the f16 tensor, held from offset 0 of `buffer` on `tile` at
+    /// [`RowSplit::stride`] bytes per row.
+    pub fn slice(&self, tile: u16, buffer: &str, r0: u64, rows: u64) -> SliceRef {
+        let row_bytes = (2 * self.d) as u32;
+        SliceRef {
+            tile,
+            buffer: buffer.into(),
+            offset: 0,
+            tensor_offset: r0 * row_bytes as u64,
+            rows: rows as u32,
+            row_bytes,
+            tensor_stride: row_bytes as u64,
+            tile_stride: self.stride as u32,
+        }
+    }
 }
 
 /// Plan op `op` (a layernorm) of `g` on up to `tiles` tiles.
@@ -60,7 +76,8 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
         return Err(PlanError::Unsupported(op, "not a layernorm".into()));
     };
     let x = g.tensor(input);
-    let RowSplit { d, rows_total, stride, tm, per_tile } = RowSplit::of(x, tiles);
+    let split_rows = RowSplit::of(x, tiles);
+    let RowSplit { d, rows_total, stride, tm, per_tile } = split_rows;
     let need = 2 * per_tile * stride + 2 * stride + 64 * WORKERS as u64 + super::RUNTIME_RESERVE;
     if need > TILE_MEM_SIZE as u64 {
         return Err(PlanError::Memory {
@@ -102,18 +119,8 @@ pub fn layernorm(g: &Graph, op: usize, tiles: usize) -> Result<Plan, PlanError> 
         });
         p.buffers.push(zero("B", stride, MemKind::Tensor));
         let rows = r1 - r0;
-        let slice = |buffer: &str| SliceRef {
-            tile,
-            buffer: buffer.into(),
-            offset: 0,
-            tensor_offset: r0 * row_bytes as u64,
-            rows: rows as u32,
-            row_bytes,
-            tensor_stride: row_bytes as u64,
-            tile_stride: stride as u32,
-        };
-        xs.push(slice("X"));
-        ys.push(slice("Y"));
+        xs.push(split_rows.slice(tile, "X", r0, rows));
+        ys.push(split_rows.slice(tile, "Y", r0, rows));
         gs.push(whole(tile, "G"));
         bs.push(whole(tile, "B"));
         let shared = share_rows(rows, d);
